@@ -1,0 +1,336 @@
+"""The DFlash drafter: a small block-diffusion model conditioned on the target (paper section 3).
+
+Glossary used in every shape comment: N batch, B block size, n blocks, S context tokens,
+C new context tokens, H hidden size, L_f target features, Hq / Hkv query / key-value heads,
+D head dim, V vocabulary.
+
+1. Target features. The hidden states of L_f target layers, evenly spaced, are concatenated and
+   fused into one *context feature* per token:
+       c_t = RMSNorm( W_fc [h_t^(l_1) ; ... ; h_t^(l_Lf)] )          W_fc: (H, L_f*H), no bias
+   "Layer id l" is the output of decoder layer l, i.e. transformers' ``hidden_states[l + 1]``.
+2. KV injection. Every drafter layer is a Qwen3 decoder layer whose queries come only from the
+   block tokens x, while its keys and values are
+       K = k_norm([k_proj(c) ; k_proj(x)]),   V = [v_proj(c) ; v_proj(x)]
+   with the layer's own projections: the target's context enters *every* layer, not just the
+   first one's input.
+3. Positions are absolute (RoPE): context token t keeps position t, block slot j sits at
+   anchor + j.
+4. The block input is [last committed token, MASK, ..., MASK]; the drafter predicts slots
+   1..B-1 in ONE forward pass, through the target's own frozen embedding and lm_head (the
+   drafter owns neither).
+
+The drafter's KV cache holds the K/V of context features only; block K/V are recomputed every
+step, so there is nothing to crop after a draft.
+
+On disk it uses the published format (z-lab/Qwen3-8B-DFlash-b16): config.json with
+``block_size``, ``num_target_layers``, ``dflash_config{mask_token_id, target_layer_ids}``, and
+model.safetensors with exactly the tensors ``layers.{i}.*``, ``fc.weight``,
+``hidden_norm.weight``, ``norm.weight``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import DynamicCache, Qwen3Config
+from transformers.models.qwen3.modeling_qwen3 import (Qwen3MLP, Qwen3RMSNorm,
+                                                      Qwen3RotaryEmbedding, rotate_half)
+
+from .mask import block_mask
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+TINY_DRAFTER_DIR = DATA_DIR / "drafter"
+BACKENDS = ("sdpa", "triton")
+
+
+def default_target_layer_ids(num_target_layers: int, num_features: int) -> list[int]:
+    """L_f evenly spaced target layers from 1 to T-3 (T // 2 when L_f = 1); section 2."""
+    if num_features == 1:
+        return [num_target_layers // 2]
+    span = num_target_layers - 4
+    ids = [round(1 + i * span / (num_features - 1)) for i in range(num_features)]
+    return [min(max(i, 0), num_target_layers - 1) for i in ids]  # only bites when T < 5
+
+
+def target_features(hidden_states, target_layer_ids: list[int]) -> torch.Tensor:
+    """Concatenate the chosen layers' outputs: tuple of (N, S, H) -> (N, S, L_f*H)."""
+    return torch.cat([hidden_states[i + 1] for i in target_layer_ids], dim=-1)
+
+
+def make_drafter_config(target_config, num_hidden_layers: int = 1, block_size: int = 16,
+                        mask_token_id: int | None = None,
+                        target_layer_ids: list[int] | None = None,
+                        num_features: int | None = None, **overrides) -> Qwen3Config:
+    """A drafter config shaped after the target's (same hidden size, heads and RoPE)."""
+    t = target_config
+    if target_layer_ids is None:
+        target_layer_ids = default_target_layer_ids(t.num_hidden_layers,
+                                                     num_features or num_hidden_layers)
+    fields = dict(hidden_size=t.hidden_size, intermediate_size=t.intermediate_size,
+                  num_attention_heads=t.num_attention_heads,
+                  num_key_value_heads=t.num_key_value_heads,
+                  head_dim=getattr(t, "head_dim", t.hidden_size // t.num_attention_heads),
+                  rms_norm_eps=t.rms_norm_eps, rope_parameters=getattr(t, "rope_parameters", None),
+                  max_position_embeddings=t.max_position_embeddings, vocab_size=t.vocab_size,
+                  tie_word_embeddings=False)
+    fields.update(overrides)
+    if fields["rope_parameters"] is None:
+        fields.pop("rope_parameters")
+        fields["rope_theta"] = getattr(t, "rope_theta", 1e6)
+    config = Qwen3Config(num_hidden_layers=num_hidden_layers, **fields)
+    config.architectures = ["DFlashDraftModel"]
+    config.block_size = block_size
+    config.num_target_layers = t.num_hidden_layers
+    config.dflash_config = {"mask_token_id": mask_token_id, "target_layer_ids": list(target_layer_ids)}
+    return config
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding of x (N, h, T, D) with cos/sin (N, T, D)."""
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    return x * cos + rotate_half(x) * sin
+
+
+class DrafterAttention(nn.Module):
+    """Qwen3 attention whose keys/values are [context ; block] (KV injection)."""
+
+    def __init__(self, config: Qwen3Config, layer_idx: int):
+        super().__init__()
+        H, D = config.hidden_size, config.head_dim
+        self.layer_idx, self.head_dim = layer_idx, D
+        self.n_heads, self.n_kv_heads = config.num_attention_heads, config.num_key_value_heads
+        bias = getattr(config, "attention_bias", False)
+        self.q_proj = nn.Linear(H, self.n_heads * D, bias=bias)
+        self.k_proj = nn.Linear(H, self.n_kv_heads * D, bias=bias)
+        self.v_proj = nn.Linear(H, self.n_kv_heads * D, bias=bias)
+        self.o_proj = nn.Linear(self.n_heads * D, H, bias=bias)
+        self.q_norm = Qwen3RMSNorm(D, eps=config.rms_norm_eps)
+        self.k_norm = Qwen3RMSNorm(D, eps=config.rms_norm_eps)
+
+    def forward(self, x, c, cos, sin, cache=None, anchors=None, block_size=None, backend="sdpa"):
+        # x: (N, Q, H) block slots; c: (N, C, H) new context features; cos/sin: (N, C + Q, D)
+        N, Q, _ = x.shape
+        C, D = c.shape[1], self.head_dim
+        heads = lambda t, h: t.view(N, -1, h, D).transpose(1, 2)              # (N, h, T, D)
+        q = self.q_norm(heads(self.q_proj(x), self.n_heads))                   # (N, Hq, Q, D)
+        k = self.k_norm(heads(self.k_proj(torch.cat([c, x], 1)), self.n_kv_heads))  # (N, Hkv, C+Q, D)
+        v = heads(self.v_proj(torch.cat([c, x], 1)), self.n_kv_heads)          # (N, Hkv, C+Q, D)
+        q = _rope(q, cos[:, C:], sin[:, C:])
+        k = _rope(k, cos, sin)
+        k_ctx, k_blk = k[:, :, :C], k[:, :, C:]
+        v_ctx, v_blk = v[:, :, :C], v[:, :, C:]
+        if cache is not None:  # append the new context K/V; the block's are never stored
+            k_ctx, v_ctx = cache.update(k_ctx, v_ctx, self.layer_idx)
+        k = torch.cat([k_ctx, k_blk], dim=2)                                   # (N, Hkv, S+Q, D)
+        v = torch.cat([v_ctx, v_blk], dim=2)
+        out = attend(q, k, v, anchors, k_ctx.shape[2], block_size or Q, backend)  # (N, Hq, Q, D)
+        return self.o_proj(out.transpose(1, 2).reshape(N, Q, -1))
+
+
+def attend(q, k, v, anchors, num_context, block_size, backend="sdpa"):
+    """Attention of block queries over [context ; blocks] under the visibility rule (mask.py).
+
+    anchors None means one block that follows all the context (inference): everything visible.
+    """
+    if backend == "triton":
+        from .kernel import block_attention
+        if anchors is None:
+            anchors = torch.full((q.shape[0], 1), num_context, dtype=torch.long, device=q.device)
+        return block_attention(q, k, v, anchors, num_context, block_size)
+    if backend != "sdpa":
+        raise ValueError(f"attention backend {backend!r} is not one of {BACKENDS}")
+    mask = None
+    if anchors is not None:  # (N, n) -> (N, 1, n*B, S + n*B)
+        mask = torch.stack([block_mask(a, num_context, block_size) for a in anchors])[:, None]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                          enable_gqa=q.shape[1] != k.shape[1])
+
+
+class DrafterLayer(nn.Module):
+    """A Qwen3 decoder layer (pre-RMSNorm, attention, SwiGLU MLP) with KV injection."""
+
+    def __init__(self, config: Qwen3Config, layer_idx: int):
+        super().__init__()
+        self.self_attn = DrafterAttention(config, layer_idx)
+        self.mlp = Qwen3MLP(config)
+        self.input_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(self, x, c, cos, sin, **attn_kwargs):
+        x = x + self.self_attn(self.input_layernorm(x), c, cos, sin, **attn_kwargs)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class DFlashDrafter(nn.Module):
+    """The drafter. Owns no embedding and no lm_head: those are the target's (frozen)."""
+
+    def __init__(self, config: Qwen3Config):
+        super().__init__()
+        self.config = config
+        dflash = getattr(config, "dflash_config", None) or {}
+        self.block_size = int(getattr(config, "block_size", None) or dflash.get("block_size") or 16)
+        self.mask_token_id = dflash.get("mask_token_id")
+        self.target_layer_ids = list(dflash.get("target_layer_ids") or default_target_layer_ids(
+            config.num_target_layers, config.num_hidden_layers))
+        H = config.hidden_size
+        self.layers = nn.ModuleList(DrafterLayer(config, i) for i in range(config.num_hidden_layers))
+        self.fc = nn.Linear(len(self.target_layer_ids) * H, H, bias=False)
+        self.hidden_norm = Qwen3RMSNorm(H, eps=config.rms_norm_eps)
+        self.norm = Qwen3RMSNorm(H, eps=config.rms_norm_eps)
+        self.rotary_emb = Qwen3RotaryEmbedding(config)
+        self.backend = "sdpa"
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module):
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=getattr(self.config, "initializer_range", 0.02))
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+    def forward(self, noise_embedding, target_hidden, position_ids, cache=None, anchors=None):
+        """Drafter hidden states for the block slots.
+
+        noise_embedding: (N, Q, H) target embeddings of the block tokens (Q = n*B slots)
+        target_hidden:   (N, C, L_f*H) concatenated target features of C new context tokens
+        position_ids:    (N, C + Q) absolute positions of [new context ; block slots]
+        cache:           a DynamicCache holding the K/V of earlier context (inference), or None
+        anchors:         (N, n) anchor of each block when training n blocks at once, or None for
+                         one block after all the context (inference)
+        returns          (N, Q, H); apply the target's lm_head for logits.
+        """
+        c = self.hidden_norm(self.fc(target_hidden))                           # (N, C, H)
+        cos, sin = self.rotary_emb(noise_embedding, position_ids)              # (N, C+Q, D)
+        x = noise_embedding
+        for layer in self.layers:
+            x = layer(x, c, cos, sin, cache=cache, anchors=anchors,
+                      block_size=self.block_size if anchors is not None else None,
+                      backend=self.backend)
+        return self.norm(x)
+
+    @torch.no_grad()
+    def draft(self, target, last_token: torch.Tensor, target_hidden: torch.Tensor,
+              start: int, cache, block_size: int | None = None) -> torch.Tensor:
+        """Greedy block draft: ids (N, B-1) for slots 1..B-1 after last_token (N,) at start.
+
+        target_hidden (N, C, L_f*H) holds the features of the C committed tokens that the cache
+        has not seen yet (positions start - C .. start - 1).
+        """
+        B = block_size or self.block_size
+        N, C = target_hidden.shape[:2]
+        block = torch.full((N, B), self.mask_token_id, dtype=torch.long, device=last_token.device)
+        block[:, 0] = last_token
+        pos = torch.arange(start - C, start + B, device=block.device).expand(N, -1)
+        h = self(target.get_input_embeddings()(block), target_hidden, pos, cache=cache)
+        return target.get_output_embeddings()(h[:, 1:]).argmax(-1)             # (N, B-1)
+
+    def new_cache(self) -> DynamicCache:
+        return DynamicCache()
+
+    # ----------------------------------------------------------------------------------------
+    # The published format
+    # ----------------------------------------------------------------------------------------
+    def save_pretrained(self, save_directory: str | os.PathLike) -> None:
+        """Write config.json + model.safetensors in the published layout, atomically."""
+        from safetensors.torch import save_file
+
+        out = Path(save_directory)
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.mkdir(parents=True, exist_ok=True)
+        cfg = self.config.to_dict()
+        cfg.update(architectures=["DFlashDraftModel"], model_type="qwen3",
+                   block_size=self.block_size, num_target_layers=self.config.num_target_layers,
+                   dflash_config={"mask_token_id": self.mask_token_id,
+                                  "target_layer_ids": self.target_layer_ids})
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+        state = {k: v.detach().contiguous() for k, v in self.state_dict().items()}
+        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        if out.exists():
+            import shutil
+            shutil.rmtree(out)
+        tmp.replace(out)
+
+
+def _resolve(name_or_path) -> Path:
+    """A local directory, or a hub snapshot (downloaded when the network allows)."""
+    path = Path(name_or_path)
+    if path.is_dir():
+        return path
+    if path.exists() or str(name_or_path).count("/") != 1:
+        raise FileNotFoundError(f"Drafter {str(name_or_path)!r} is not a directory nor a hub id "
+                                f"(owner/name); pass None for the shipped tiny drafter.")
+    try:
+        from huggingface_hub import snapshot_download
+        return Path(snapshot_download(str(name_or_path),
+                                      allow_patterns=["config.json", "*.safetensors"]))
+    except Exception as e:  # offline, unknown repo, ...
+        raise FileNotFoundError(
+            f"Cannot load drafter {str(name_or_path)!r}: it is not a local directory and could "
+            f"not be fetched from the hub ({type(e).__name__}). Download it where there is network, "
+            f"or pass None for the shipped tiny drafter in {TINY_DRAFTER_DIR}.") from e
+
+
+def load_drafter(name_or_path=None, target=None, dtype=torch.float32, device="cpu") -> DFlashDrafter:
+    """Load a drafter in the published format; None is the shipped tiny drafter.
+
+    With a target, checks that the drafter fits it (hidden size, vocabulary, layer ids).
+    """
+    from safetensors.torch import load_file
+
+    path = _resolve(TINY_DRAFTER_DIR if name_or_path is None else name_or_path)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"{path} has no config.json: a drafter directory needs config.json "
+                                f"and model.safetensors (write one with drafter.save_pretrained).")
+    raw = json.loads((path / "config.json").read_text())
+    for key in ("auto_map", "architectures", "model_type"):
+        raw.pop(key, None)
+    config = Qwen3Config(**raw)
+    if getattr(config, "dflash_config", None) is None or "num_target_layers" not in raw:
+        raise ValueError(f"{path / 'config.json'} is not a DFlash drafter config: it needs "
+                         f"dflash_config {{mask_token_id, target_layer_ids}} and num_target_layers.")
+    if "block_size" not in raw:  # newer checkpoints keep it inside dflash_config
+        config.block_size = config.dflash_config.get("block_size", 16)
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{path} has no *.safetensors weights next to its config.json.")
+    state = {}
+    for f in files:
+        state.update(load_file(str(f)))
+    drafter = DFlashDrafter(config)
+    expected = set(drafter.state_dict())
+    missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
+    if missing or unexpected:
+        raise ValueError(f"{path} does not hold the tensors of a {config.num_hidden_layers}-layer "
+                         f"DFlash drafter: missing {missing[:5]}{'...' if len(missing) > 5 else ''}, "
+                         f"unexpected {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}. "
+                         f"Check num_hidden_layers in config.json and the tensor names.")
+    drafter.load_state_dict(state, strict=True)
+    drafter.to(device=device, dtype=dtype).eval().requires_grad_(False)
+    if target is not None:
+        check_fits(drafter, target)
+    return drafter
+
+
+def check_fits(drafter: DFlashDrafter, target) -> None:
+    """Raise a clear error when the drafter cannot draft for this target."""
+    tc, dc = target.config, drafter.config
+    if dc.hidden_size != tc.hidden_size:
+        raise ValueError(f"Drafter hidden size {dc.hidden_size} != target hidden size "
+                         f"{tc.hidden_size}: the drafter reads the target's embeddings and features, "
+                         f"so it must be trained for this target.")
+    vocab = target.get_input_embeddings().weight.shape[0]
+    if drafter.mask_token_id is None or not 0 <= drafter.mask_token_id < vocab:
+        raise ValueError(f"mask_token_id {drafter.mask_token_id} is outside the target's vocabulary "
+                         f"(0..{vocab - 1}); set dflash_config.mask_token_id to the id of the "
+                         f"target tokenizer's <|MASK|> token.")
+    bad = [i for i in drafter.target_layer_ids if not 0 <= i < tc.num_hidden_layers]
+    if bad:
+        raise ValueError(f"target_layer_ids {drafter.target_layer_ids} name layers {bad} that the "
+                         f"target (with {tc.num_hidden_layers} layers) does not have.")
+    if getattr(dc, "num_target_layers", tc.num_hidden_layers) != tc.num_hidden_layers:
+        raise ValueError(f"The drafter was built for a target with {dc.num_target_layers} layers, "
+                         f"this target has {tc.num_hidden_layers}: load the drafter trained for it.")

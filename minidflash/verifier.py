@@ -1,0 +1,210 @@
+"""Speculative decoding with a DFlash drafter: draft a block, verify it, keep what agrees.
+
+Paper section 3 (inference). One step, with B the block size and t the last committed token:
+
+1. Draft   d_1..d_{B-1} = argmax drafter([t, MASK, ..., MASK] | context features)   (1 pass)
+2. Verify  y_0..y_{B-1} = target's own choice after [t, d_1, ..., d_{B-1}]          (1 pass)
+           (argmax when greedy; a sample from softmax(logits / T) at temperature T > 0)
+3. Accept  a = max{ k : d_j = y_{j-1} for all j <= k },  commit d_1..d_a and the bonus y_a.
+
+Every committed token is the target's own choice given a prefix of committed tokens, so the
+output is *identical* to plain greedy decoding, and at T > 0 *identically distributed* to plain
+sampling (each emitted token is a target sample; the drafter only decides how many of them one
+target pass can certify). Tokens per step a + 1 is at most B; tau is its mean.
+
+After a step the target's KV cache is cropped back to the committed tokens, and the hidden
+states the verify pass computed for them become the drafter's next context: nothing is ever
+recomputed. ``block_size=1`` skips the drafter: plain autoregressive decoding through the same
+code, the paper's baseline.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+from transformers import DynamicCache
+
+from .drafter import DFlashDrafter, check_fits, target_features
+
+
+@dataclass
+class GenerationResult:
+    output_ids: torch.Tensor            # (1, prompt + new) prompt followed by the new tokens
+    prompt_length: int
+    acceptance_lengths: list[int]       # tokens committed per verify step (accepted + 1)
+    drafted: list[bool]                 # per new token: True if drafted and accepted
+    prefill_time: float = 0.0           # seconds: the target's pass over the prompt
+    draft_time: float = 0.0             # seconds in drafter passes
+    verify_time: float = 0.0            # seconds in target passes after the prefill
+    decode_time: float = 0.0            # seconds from the end of the prefill to the end
+    block_size: int = 1
+    steps: list[dict] = field(default_factory=list)  # per step: drafted and target ids
+
+    @property
+    def new_ids(self) -> torch.Tensor:
+        return self.output_ids[0, self.prompt_length:]
+
+    @property
+    def num_new_tokens(self) -> int:
+        return self.output_ids.shape[1] - self.prompt_length
+
+    @property
+    def tau(self) -> float:
+        """Mean tokens committed per target verify pass (paper: acceptance length)."""
+        return sum(self.acceptance_lengths) / max(1, len(self.acceptance_lengths))
+
+    @property
+    def tpot(self) -> float:
+        """Decode time per output token (prefill excluded), seconds."""
+        return self.decode_time / max(1, self.num_new_tokens)
+
+
+def _crop(cache: DynamicCache, length: int) -> None:
+    """Drop cached positions >= length (a negative crop behaves the same on every version)."""
+    extra = cache.get_seq_length() - length
+    if extra > 0:
+        cache.crop(-extra)
+
+
+def cache_kwargs(model, cache) -> dict:
+    """Pass the KV cache under the name this transformers version uses (``cache`` since 5.2x,
+    ``past_key_values`` before)."""
+    import inspect
+    name = "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
+    return {name: cache, "use_cache": True}
+
+
+def _choose(logits: torch.Tensor, temperature: float, generator) -> torch.Tensor:
+    """The target's token at every position: logits (N, T, V) -> (N, T)."""
+    if temperature == 0:
+        return logits.argmax(-1)
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    flat = torch.multinomial(probs.view(-1, probs.shape[-1]), 1, generator=generator)
+    return flat.view(probs.shape[:-1])
+
+
+def accept(block: torch.Tensor, logits: torch.Tensor, temperature: float, generator=None):
+    """The acceptance rule. block (1, B) = [t, d_1..d_{B-1}], logits (1, B, V) of the target.
+
+    The target picks y_j at every position (argmax, or a sample at T > 0); d_j is accepted while
+    d_j == y_{j-1}. Returns (a, committed = [d_1..d_a, y_a], y (1, B)). With a one-hot draft this
+    is speculative sampling exactly: d_j is accepted with probability p(d_j), and after a
+    rejection y_{j-1} ~ p restricted to tokens != d_j, renormalised.
+    """
+    y = _choose(logits, temperature, generator)                                # (1, B)
+    a = int((block[0, 1:] == y[0, :-1]).long().cumprod(0).sum())
+    return a, block[0, 1:a + 1].tolist() + [int(y[0, a])], y
+
+
+def _validate(target, drafter, input_ids, max_new_tokens, block_size, temperature):
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.dtype != torch.long:
+        raise ValueError("input_ids must be a (1, S) LongTensor of token ids, e.g. "
+                         "tokenizer(text, return_tensors='pt')['input_ids'].")
+    if input_ids.shape[0] != 1:
+        raise ValueError(f"speculative_generate decodes one sequence at a time, got a batch of "
+                         f"{input_ids.shape[0]}; loop over the prompts.")
+    if input_ids.shape[1] == 0:
+        raise ValueError("The prompt is empty: give at least one token (e.g. the chat template's "
+                         "generation prompt).")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}.")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0 (0 is greedy), got {temperature}.")
+    if not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be an integer >= 1 (1 is plain decoding), got {block_size!r}.")
+    vocab = target.get_input_embeddings().weight.shape[0]
+    if int(input_ids.min()) < 0 or int(input_ids.max()) >= vocab:
+        raise ValueError(f"input_ids hold ids outside the target's vocabulary 0..{vocab - 1}: "
+                         f"was the prompt tokenized with this target's tokenizer?")
+    if block_size > 1:
+        if drafter is None:
+            raise ValueError("block_size > 1 needs a drafter; pass one or use block_size=1.")
+        check_fits(drafter, target)
+        limit = drafter.config.max_position_embeddings
+        if block_size > drafter.block_size:
+            raise ValueError(f"block_size {block_size} exceeds the drafter's trained block size "
+                             f"{drafter.block_size}; use a block size in 2..{drafter.block_size}.")
+        if input_ids.shape[1] + max_new_tokens + block_size > limit:
+            raise ValueError(f"prompt + max_new_tokens + block_size exceeds the drafter's "
+                             f"{limit} positions; shorten the prompt or max_new_tokens.")
+
+
+@torch.no_grad()
+def speculative_generate(target, drafter: DFlashDrafter | None, input_ids: torch.Tensor,
+                         max_new_tokens: int, block_size: int | None = None,
+                         temperature: float = 0.0, stop_token_ids=None,
+                         generator: torch.Generator | None = None,
+                         record_steps: bool = False) -> GenerationResult:
+    """Decode up to max_new_tokens after input_ids (1, S) with draft -> verify -> accept.
+
+    block_size None takes the drafter's; 1 is plain autoregressive decoding. Generation stops
+    after the first stop token (which is kept). At temperature > 0 the target samples with
+    ``generator``; the drafter always drafts greedily.
+    """
+    if block_size is None:
+        block_size = drafter.block_size if drafter is not None else 1
+    _validate(target, drafter, input_ids, max_new_tokens, block_size, temperature)
+    B, device = block_size, input_ids.device
+    stops = set(int(t) for t in (stop_token_ids or []))
+    layer_ids = drafter.target_layer_ids if B > 1 else None
+
+    # 1. Prefill: the target reads the prompt once; its first token and its features.
+    t0 = time.perf_counter()
+    cache = DynamicCache()
+    out = target(input_ids=input_ids, **cache_kwargs(target, cache),
+                 output_hidden_states=B > 1, logits_to_keep=1)
+    token = _choose(out.logits[:, -1:], temperature, generator)[:, 0]         # (1,)
+    hidden = target_features(out.hidden_states, layer_ids) if B > 1 else None  # (1, S, L_f*H)
+    draft_cache = drafter.new_cache() if B > 1 else None
+    t1 = time.perf_counter()
+
+    new = [int(token)]
+    drafted, lengths, steps = [False], [], []
+    draft_time = verify_time = 0.0
+    start = input_ids.shape[1]                    # position of `token`, the block's slot 0
+    done = new[0] in stops
+    while len(new) < max_new_tokens and not done:
+        # 2. Draft B-1 tokens in one drafter pass.
+        ts = time.perf_counter()
+        block = token.view(1, 1)
+        if B > 1:
+            guess = drafter.draft(target, token, hidden, start, draft_cache, B)  # (1, B-1)
+            block = torch.cat([block, guess], dim=1)                           # (1, B)
+        tv = time.perf_counter()
+        # 3. Verify the whole block in one target pass.
+        pos = torch.arange(start, start + B, device=device)[None]
+        out = target(input_ids=block, position_ids=pos, **cache_kwargs(target, cache),
+                     output_hidden_states=B > 1)
+        te = time.perf_counter()
+        # 4. Accept the longest agreeing prefix, plus the target's bonus token.
+        a, committed, choice = accept(block, out.logits, temperature, generator)
+        if record_steps:
+            probs = torch.softmax(out.logits[0, :-1].float() / (temperature or 1.0), -1)
+            steps.append({"start": start, "draft": block[0, 1:].tolist(),
+                          "target": choice[0].tolist(), "accepted": a,
+                          "p_draft": probs.gather(-1, block[0, 1:, None])[:, 0].tolist()})
+        new += committed
+        done = not stops.isdisjoint(committed)
+        drafted += [True] * a + [False]
+        lengths.append(a + 1)
+        token = choice[:, a]
+        start += a + 1
+        _crop(cache, start)                          # keep t, d_1..d_a; the bonus is not fed yet
+        if B > 1:
+            hidden = target_features(out.hidden_states, layer_ids)[:, :a + 1]
+        draft_time += tv - ts
+        verify_time += te - tv
+
+    # 5. Cut at max_new_tokens and after the first stop token.
+    new = new[:max_new_tokens]
+    hits = [i for i, t in enumerate(new) if t in stops]
+    if hits:
+        new = new[:hits[0] + 1]
+    t2 = time.perf_counter()
+    output_ids = torch.cat([input_ids, torch.tensor([new], dtype=torch.long, device=device)], 1)
+    return GenerationResult(output_ids=output_ids, prompt_length=input_ids.shape[1],
+                            acceptance_lengths=lengths, drafted=drafted[:len(new)],
+                            prefill_time=t1 - t0, draft_time=draft_time, verify_time=verify_time,
+                            decode_time=t2 - t1, block_size=B, steps=steps)

@@ -1,0 +1,58 @@
+"""The shipped benchmark prompt files (data/prompts/<suite>.jsonl) parse and have the right shape."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from minidflash.suites import HUMANEVAL_TEMPLATE, MATH_SUFFIX, PROMPTS_DIR
+
+COUNTS = {"humaneval": 164, "mtbench": 80, "gsm8k": 100, "math500": 311}
+
+
+def load(suite: str) -> list[dict]:
+    with open(PROMPTS_DIR / f"{suite}.jsonl", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+@pytest.mark.parametrize("suite", COUNTS)
+def test_count_ids_and_messages(suite):
+    rows = load(suite)
+    assert len(rows) == COUNTS[suite]
+    assert len({r["id"] for r in rows}) == len(rows)
+    for r in rows:
+        assert r["source"] == suite
+        msgs = r["messages"]
+        assert isinstance(msgs, list) and msgs
+        for m in msgs:
+            assert set(m) == {"role", "content"}
+            assert m["role"] in ("system", "user", "assistant")
+            assert isinstance(m["content"], str) and m["content"].strip()
+        assert msgs[-1]["role"] == "user"
+
+
+@pytest.mark.parametrize("suite", ["gsm8k", "math500"])
+def test_math_template_and_answer(suite):
+    assert MATH_SUFFIX == "\nPlease reason step by step, and put your final answer within \\boxed{}."
+    for r in load(suite):
+        assert r["messages"][-1]["content"].endswith(MATH_SUFFIX)
+        assert isinstance(r["answer"], str) and r["answer"].strip()
+
+
+def test_humaneval_fields_and_template():
+    for r in load("humaneval"):
+        assert r["id"] == r["task_id"] and r["task_id"].startswith("HumanEval/")
+        assert r["entry_point"] in r["prompt"]
+        assert "def check(candidate)" in r["test"]
+        assert r["messages"][-1]["content"] == HUMANEVAL_TEMPLATE.format(prompt=r["prompt"])
+    assert HUMANEVAL_TEMPLATE.startswith(
+        "Write a solution to the following problem and make sure that it passes the tests:\n```python\n")
+
+
+def test_mtbench_turns_and_category():
+    rows = load("mtbench")
+    for r in rows:
+        assert len(r["turns"]) == 2
+        assert r["messages"][-1]["content"] == r["turns"][0]
+    assert {r["category"] for r in rows} == {"writing", "roleplay", "reasoning", "math", "coding",
+                                             "extraction", "stem", "humanities"}
