@@ -263,15 +263,13 @@ def _resolve(name_or_path) -> Path:
     if path.exists() or str(name_or_path).count("/") != 1:
         raise FileNotFoundError(f"Drafter {str(name_or_path)!r} is not a directory nor a hub id "
                                 f"(owner/name); pass None for the shipped tiny drafter.")
+    from huggingface_hub import snapshot_download
+    from .target import _missing, offline
     try:
-        from huggingface_hub import snapshot_download
-        return Path(snapshot_download(str(name_or_path),
+        return Path(snapshot_download(str(name_or_path), local_files_only=offline(),
                                       allow_patterns=["config.json", "*.safetensors"]))
     except Exception as e:  # offline, unknown repo, ...
-        raise FileNotFoundError(
-            f"Cannot load drafter {str(name_or_path)!r}: it is not a local directory and could "
-            f"not be fetched from the hub ({type(e).__name__}). Download it where there is network, "
-            f"or pass None for the shipped tiny drafter in {TINY_DRAFTER_DIR}.") from e
+        raise _missing(str(name_or_path), TINY_DRAFTER_DIR) from e
 
 
 def load_drafter(name_or_path=None, target=None, dtype=torch.float32, device="cpu") -> DFlashDrafter:

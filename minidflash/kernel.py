@@ -332,7 +332,8 @@ def _dkdv_tile(dk, dv, k, v, keys, k_hi, t_q, t_do, t_lse, t_delta, rows, anchor
     p_t = tl.where(see_t, tl.exp2(s_t - lse[None, :]), 0.0)               # P^T
     dv += tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION)         # dV = P^T dO
     dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)             # dP^T = V dO^T
-    ds_t = p_t * (dp_t - delta[None, :])                                  # dS^T = P^T o (dP^T - D)
+    # dS^T = P^T o (dP^T - Delta)
+    ds_t = p_t * (dp_t - delta[None, :])                                  # (TILE_K, TILE_Q)
     dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION)          # dK = dS^T Q
     return dk, dv
 
@@ -413,8 +414,8 @@ def _interpreting() -> bool:
 def _config(kernel: str, q: torch.Tensor, tiles=None) -> dict:
     """TILE_Q, TILE_K and launch options of "forward", "dq" or "dkdv"; ``tiles`` overrides sizes.
 
-    Fixed, not autotuned: on the H200 (sm_90) these keep ptxas from spilling registers (more
-    than a few bytes) for bf16/fp16 with D = 64 and 128. fp32 is for checking, not for speed.
+    Fixed, not autotuned: for bf16/fp16 with D = 64 and 128 these compile for sm_90 (H100, H200)
+    with no or only a few bytes of register spills. fp32 is for checking, not for speed.
     """
     D = q.shape[-1]
     if _interpreting():  # few, large tiles: the interpreter pays per operation, not per element
@@ -428,6 +429,7 @@ def _config(kernel: str, q: torch.Tensor, tiles=None) -> dict:
     else:
         sizes = (32, 32, 8, 1)
     TILE_Q, TILE_K, num_warps, num_stages = sizes
+    TILE_Q = min(TILE_Q, max(16, triton.next_power_of_2(q.shape[2])))  # inference: 16 queries
     if tiles is not None:
         TILE_Q, TILE_K = tiles
     return dict(TILE_Q=TILE_Q, TILE_K=TILE_K,
@@ -527,7 +529,9 @@ def block_attention(q, k, v, anchors, num_context, block_size, scale=None, backe
 
     q (N, Hq, n*B, D): the slots of the n blocks; k, v (N, Hkv, S + n*B, D); anchors (N, n) the
     anchor position of each block (inference: n = 1, anchor = S). Hq must be a multiple of Hkv.
-    Returns (N, Hq, n*B, D) in q's dtype; differentiable in q, k, v.
+    Returns (N, Hq, n*B, D) in q's dtype; differentiable in q, k, v. q, k, v share one dtype
+    and device and may be strided views (e.g. (N, L, H, D) transposed to (N, H, L, D)); only a
+    tensor whose last dim is not contiguous is copied. Anchors are expected in [0, S].
 
     backend "triton": the kernels above (on a CPU only under TRITON_INTERPRET=1, set before
     this module is imported); "sdpa": torch's scaled_dot_product_attention with a dense mask.
@@ -588,6 +592,7 @@ def count_visited_tiles(q, k, v, anchors, num_context, block_size, tiles=None) -
     """
     _check(q, k, v, anchors, num_context, block_size)
     scale = q.shape[-1] ** -0.5
+    q, k, v = _row_major(q), _row_major(k), _row_major(v)
     anchors = anchors.to(device=q.device, dtype=torch.int32).contiguous()
     counters = torch.zeros(3, dtype=torch.int32, device=q.device)
     o, lse = _forward(q, k, v, anchors, num_context, block_size, scale, tiles, counters[0:1])

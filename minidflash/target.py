@@ -65,12 +65,16 @@ TINY_CONFIG = dict(hidden_size=256, intermediate_size=768, num_hidden_layers=6,
 # Loading
 # --------------------------------------------------------------------------------------------
 
-def _missing(name: str) -> FileNotFoundError:
+def offline() -> bool:
+    """True when HF_HUB_OFFLINE asks not to touch the network (then only the local cache is used)."""
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("0", "false", "no", "")
+
+
+def _missing(name: str, default_dir: Path) -> FileNotFoundError:
     return FileNotFoundError(
-        f"Cannot load {name!r}: it is neither a local directory with config.json nor a model in "
-        f"the local Hugging Face cache, and this machine cannot download it. Download it where "
-        f"there is network (huggingface-cli download {name}) or pass None to use the shipped "
-        f"tiny target in {TINY_TARGET_DIR}.")
+        f"Cannot load {name!r}: it is not a local directory, not in the Hugging Face cache, and "
+        f"could not be downloaded (no network?); download it where there is network, or pass "
+        f"None to use the shipped tiny default in {default_dir}.")
 
 
 def load_target(name_or_path: str | os.PathLike | None = None, dtype=torch.float32,
@@ -87,12 +91,12 @@ def load_target(name_or_path: str | os.PathLike | None = None, dtype=torch.float
         raise FileNotFoundError(f"{path} has no config.json: point load_target at a directory "
                                 f"written by save_pretrained, or pass None for the tiny target.")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=offline())
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=offline())
     except OSError as e:
         if local:
             raise
-        raise _missing(str(name_or_path)) from e
+        raise _missing(str(name_or_path), TINY_TARGET_DIR) from e
     model.to(device).eval().requires_grad_(False)
     return model, tokenizer
 

@@ -20,6 +20,8 @@ code, the paper's baseline.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import time
 from dataclasses import dataclass, field
 
@@ -68,12 +70,15 @@ def _crop(cache: DynamicCache, length: int) -> None:
         cache.crop(-extra)
 
 
+@functools.lru_cache(maxsize=None)
+def _cache_name(model_class) -> str:
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
+
+
 def cache_kwargs(model, cache) -> dict:
-    """Pass the KV cache under the name this transformers version uses (``cache`` since 5.2x,
-    ``past_key_values`` before)."""
-    import inspect
-    name = "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
-    return {name: cache, "use_cache": True}
+    """Pass the KV cache under the name this transformers version uses (``cache`` in newer
+    releases, ``past_key_values`` before)."""
+    return {_cache_name(type(model)): cache, "use_cache": True}
 
 
 def _choose(logits: torch.Tensor, temperature: float, generator) -> torch.Tensor:

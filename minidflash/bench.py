@@ -1,0 +1,202 @@
+"""Benchmark: plain decoding vs DFlash, the way the paper measures (section 7).
+
+Same code path, same target, same process: block size 1 (plain autoregressive decoding) against
+block size B, alternating prompt by prompt after a warm-up, so that both see the same machine
+state. Reported per suite:
+
+* tau      mean over responses of (tokens committed / verify steps), accepted + 1 per step
+* speedup  mean baseline TPOT / mean DFlash TPOT (TPOT = decode time / new tokens, no prefill)
+* the share of decode time in drafter and target passes, tokens/s, the acceptance histogram
+* the repeated-4-gram share of the target's answers (loops inflate tau without skill)
+* task accuracy where checkable (\\boxed{} answers; HumanEval tests), for BOTH decoders, which
+  must agree because the outputs are identical (asserted for greedy).
+
+``python -m minidflash bench --suites arithmetic code --n 10 --json results/bench.json``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from . import corpus
+from .drafter import load_drafter
+from .target import PROMPTS_DIR, chat_ids, load_target, stop_ids
+from .verifier import speculative_generate
+
+
+def repeated_4gram_share(ids: list[int]) -> float:
+    """Share of the 4-grams of a response that already occurred earlier in it."""
+    seen, rep, grams = set(), 0, [tuple(ids[i:i + 4]) for i in range(len(ids) - 3)]
+    for g in grams:
+        rep += g in seen
+        seen.add(g)
+    return rep / max(1, len(grams))
+
+
+def boxed(text: str) -> str | None:
+    m = re.findall(r"\\boxed\{([^{}]*)\}", text)
+    return m[-1].strip() if m else None
+
+
+def humaneval_passes(row: dict, completion: str, timeout: float = 5.0) -> bool:
+    """Run a HumanEval problem's tests on the code in a completion, in a subprocess."""
+    code = re.findall(r"```(?:python)?\n(.*?)```", completion, re.S)
+    program = (code[0] if code else completion) + "\n\n" + row["test"] + f"\ncheck({row['entry_point']})\n"
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(program)
+    try:
+        r = subprocess.run([sys.executable, f.name], capture_output=True, timeout=timeout)
+        return r.returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
+    finally:
+        Path(f.name).unlink(missing_ok=True)
+
+
+def correct(row: dict, text: str) -> bool | None:
+    """True/False where the suite is checkable, None where it is not."""
+    if "answer" in row:
+        return boxed(text) == str(row["answer"]).strip()
+    if "test" in row and "entry_point" in row:
+        return humaneval_passes(row, text)
+    return None
+
+
+def run_suite(target, tokenizer, drafter, rows, block_sizes, max_new_tokens, temperature,
+              seed=0, progress=True) -> dict:
+    stops = stop_ids(tokenizer)
+    per = {b: {"tpot": [], "tau": [], "tokens": [], "time": [], "draft": [], "verify": [],
+               "lengths": [], "correct": []} for b in [1, *block_sizes]}
+    rep, lossless = [], True
+    for i, row in enumerate(tqdm(rows, desc="prompts", disable=not progress, leave=False)):
+        ids = chat_ids(tokenizer, row["messages"])
+        outs = {}
+        for b in ([1, *block_sizes] if i % 2 == 0 else [*block_sizes, 1]):   # alternate order
+            gen = torch.Generator().manual_seed(seed + i)
+            o = speculative_generate(target, drafter if b > 1 else None, ids, max_new_tokens,
+                                     block_size=b, temperature=temperature,
+                                     stop_token_ids=stops, generator=gen)
+            outs[b] = o
+            p = per[b]
+            p["tpot"].append(o.tpot)
+            p["tau"].append(o.tau)
+            p["tokens"].append(o.num_new_tokens)
+            p["time"].append(o.decode_time)
+            p["draft"].append(o.draft_time)
+            p["verify"].append(o.verify_time)
+            p["lengths"] += o.acceptance_lengths
+            p["correct"].append(correct(row, tokenizer.decode(o.new_ids, skip_special_tokens=True)))
+        if temperature == 0:
+            lossless &= all(torch.equal(outs[1].output_ids, outs[b].output_ids) for b in block_sizes)
+        rep.append(repeated_4gram_share(outs[1].new_ids.tolist()))
+    mean = lambda xs: sum(xs) / max(1, len(xs))
+    base = mean(per[1]["tpot"])
+    out = {"prompts": len(rows), "lossless": lossless if temperature == 0 else None,
+           "repeated_4gram_share": mean(rep), "plain_tokens_per_s": 1 / base if base else None,
+           "mean_new_tokens": mean(per[1]["tokens"]), "block_sizes": {}}
+    for b in block_sizes:
+        p = per[b]
+        checks = [c for c in p["correct"] if c is not None]
+        total = sum(p["time"])
+        hist = [p["lengths"].count(k) for k in range(1, b + 1)]
+        out["block_sizes"][str(b)] = {
+            "tau": mean(p["tau"]), "speedup": base / mean(p["tpot"]),
+            "tokens_per_s": 1 / mean(p["tpot"]),
+            "draft_share": sum(p["draft"]) / total, "verify_share": sum(p["verify"]) / total,
+            "acceptance_histogram": hist,
+            "accuracy": mean(checks) if checks else None}
+    base_checks = [c for c in per[1]["correct"] if c is not None]
+    out["plain_accuracy"] = mean(base_checks) if base_checks else None
+    return out
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    suites = list(results["suites"])
+    B = str(results["block_sizes"][0])
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+    taus = [results["suites"][s]["block_sizes"][B]["tau"] for s in suites]
+    sps = [results["suites"][s]["block_sizes"][B]["speedup"] for s in suites]
+    axes[0].bar(suites, taus, color="C2")
+    axes[0].set(title=f"tau (block size {B})", ylabel="tokens per verify step")
+    axes[1].bar(suites, sps, color="C0")
+    axes[1].axhline(1.0, color="k", lw=0.8, ls="--")
+    axes[1].set(title="speedup over plain decoding", ylabel="x")
+    for s in suites:
+        h = results["suites"][s]["block_sizes"][B]["acceptance_histogram"]
+        tot = max(1, sum(h))
+        axes[2].plot(range(1, len(h) + 1), [c / tot for c in h], marker="o", label=s)
+    axes[2].set(title="tokens committed per step", xlabel="accepted + 1", ylabel="share of steps")
+    axes[2].legend()
+    for ax in axes[:2]:
+        ax.tick_params(axis="x", rotation=30)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(prog="python -m minidflash bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--suites", nargs="+", default=["arithmetic", "code"],
+                   help="files in data/prompts (arithmetic code humaneval mtbench gsm8k math500)")
+    p.add_argument("--n", type=int, default=10, help="prompts per suite")
+    p.add_argument("--block-sizes", type=int, nargs="+", default=[16])
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--target", default=None)
+    p.add_argument("--drafter", default=None)
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    p.add_argument("--json", default=None, help="write the figures here (and a .png beside it)")
+    a = p.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    target, tokenizer = load_target(a.target)
+    drafter = load_drafter(a.drafter, target=target)
+    results = {"block_sizes": a.block_sizes, "temperature": a.temperature,
+               "max_new_tokens": a.max_new_tokens, "n": a.n, "threads": torch.get_num_threads(),
+               "drafter_layers": drafter.config.num_hidden_layers,
+               "command": "python -m minidflash bench " + " ".join(argv or sys.argv[1:]),
+               "suites": {}}
+    warm = chat_ids(tokenizer, [{"role": "user", "content": "warm up"}])
+    for b in [1, *a.block_sizes]:
+        speculative_generate(target, drafter if b > 1 else None, warm, 32, block_size=b)
+    t0 = time.time()
+    for suite in a.suites:
+        rows = corpus.read_jsonl(PROMPTS_DIR / f"{suite}.jsonl")[: a.n]
+        results["suites"][suite] = r = run_suite(target, tokenizer, drafter, rows, a.block_sizes,
+                                                 a.max_new_tokens, a.temperature)
+        for b, s in r["block_sizes"].items():
+            acc = "" if s["accuracy"] is None else f"  accuracy {s['accuracy']:.2f} (plain {r['plain_accuracy']:.2f})"
+            print(f"{suite:>11}  B={b:>2}  tau {s['tau']:.2f}  speedup {s['speedup']:.2f}x  "
+                  f"{s['tokens_per_s']:.0f} tok/s (plain {r['plain_tokens_per_s']:.0f})  draft "
+                  f"{100 * s['draft_share']:.0f}% verify {100 * s['verify_share']:.0f}%  "
+                  f"repeated 4-grams {100 * r['repeated_4gram_share']:.0f}%  lossless {r['lossless']}{acc}")
+    B = str(a.block_sizes[0])
+    results["tau"] = sum(s["block_sizes"][B]["tau"] for s in results["suites"].values()) / len(a.suites)
+    results["speedup"] = sum(s["block_sizes"][B]["speedup"] for s in results["suites"].values()) / len(a.suites)
+    results["wall_s"] = round(time.time() - t0, 1)
+    if a.json:
+        path = Path(a.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(results, indent=1) + "\n")
+        plot(results, path.with_suffix(".png"))
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,225 @@
+"""Benchmark the block-attention kernel against stock attention (paper section 4.2 sizes; a GPU).
+
+    python -m minidflash.bench_kernel [--out results/kernel_bench.json]
+
+Two cases, the shapes of the published 8B drafter's attention (32 query heads, 8 key-value
+heads, head dim 128, bf16):
+
+* training: one sequence of S = 3072 tokens with n = 512 anchors of B = 16 slots, so 8192
+  queries over 3072 + 8192 keys, forward and forward + backward;
+* inference: one block of 16 queries over 4096 context features (everything visible), forward.
+
+Methods: ``triton`` (minidflash.kernel), ``sdpa`` (torch's scaled_dot_product_attention with
+the dense boolean mask and enable_gqa, the drafter's stock path), ``sdpa_kv_repeated`` (the
+same with K/V repeated to 32 heads, which lets torch pick its memory-efficient kernel),
+``flex`` (torch.nn.attention.flex_attention, compiled, with a BlockMask built from the same
+mask.visible rule) and, at inference, ``sdpa_no_mask``. Masks are built once, outside the
+timings, as a trainer would reuse them across layers. Writes a JSON table and a PNG plot next to
+it. Without a CUDA device it says so and exits 0; ``--cpu-smoke`` runs tiny shapes through
+Triton's interpreter instead, to check the script itself (its timings mean nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+TRAIN = dict(N=1, S=3072, n=512, B=16, Hq=32, Hkv=8, D=128)
+INFER = dict(N=1, S=4096, n=1, B=16, Hq=32, Hkv=8, D=128)
+SMOKE_TRAIN = dict(N=1, S=40, n=4, B=4, Hq=4, Hkv=2, D=32)
+SMOKE_INFER = dict(N=1, S=48, n=1, B=4, Hq=4, Hkv=2, D=32)
+
+
+def make_case(N, S, n, B, Hq, Hkv, D, dtype, device, inference, seed=0):
+    """q (N, Hq, n*B, D), k, v (N, Hkv, S + n*B, D) and anchors (N, n), sorted, in [1, S - B]."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(N, Hq, n * B, D, generator=g)
+    k = torch.randn(N, Hkv, S + n * B, D, generator=g)
+    v = torch.randn(N, Hkv, S + n * B, D, generator=g)
+    if inference:
+        anchors = torch.full((N, 1), S)
+    else:
+        anchors = torch.stack([(torch.randperm(S - B, generator=g)[:n] + 1).sort().values
+                               for _ in range(N)])
+    to = lambda t: t.to(device, dtype)
+    return to(q), to(k), to(v), anchors.to(device)
+
+
+def time_ms(fn, device, grads=()):
+    """Median milliseconds per call: triton.testing.do_bench on a GPU, a wall clock on a CPU."""
+    if device == "cuda":
+        import triton.testing
+        return triton.testing.do_bench(fn, warmup=25, rep=200, grad_to_none=list(grads),
+                                       return_mode="median")
+    fn()
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        fn()
+        times.append(1e3 * (time.perf_counter() - start))
+    return statistics.median(times)
+
+
+def methods_for(q, k, v, anchors, S, B, inference, device):
+    """name -> function(q, k, v) -> out, every mask built here, once."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    from .kernel import _dense_mask, block_attention
+    from .mask import visible
+
+    N, Hq, nB, D = q.shape
+    group = Hq // k.shape[1]
+    dense = _dense_mask(anchors, S, B)                                   # (N, 1, n*B, S+n*B)
+
+    def mask_mod(b, h, q_idx, kv_idx):                                    # the same rule, per score
+        q_block = q_idx // B
+        return visible(q_block, kv_idx, anchors[b, q_block], S, B)
+
+    flex_mask = create_block_mask(mask_mod, N, None, nB, S + nB, device=device)
+    flex = torch.compile(flex_attention, dynamic=False) if device == "cuda" else flex_attention
+    methods = {  # sdpa first: the others are compared with its output
+        "sdpa": lambda q, k, v: F.scaled_dot_product_attention(
+            q, k, v, attn_mask=dense, enable_gqa=group > 1),
+        "sdpa_kv_repeated": lambda q, k, v: F.scaled_dot_product_attention(
+            q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), attn_mask=dense),
+        "flex": lambda q, k, v: flex(q, k, v, block_mask=flex_mask, enable_gqa=group > 1),
+        "triton": lambda q, k, v: block_attention(q, k, v, anchors, S, B),
+    }
+    if inference:
+        methods["sdpa_no_mask"] = lambda q, k, v: F.scaled_dot_product_attention(
+            q, k, v, enable_gqa=group > 1)
+    return methods
+
+
+def run_case(name, shape, dtype, device, passes):
+    from .mask import block_mask
+
+    inference = name == "inference"
+    q, k, v, anchors = make_case(**shape, dtype=dtype, device=device, inference=inference)
+    S, B = shape["S"], shape["B"]
+    visible_pairs = sum(int(block_mask(a, S, B).sum()) for a in anchors)  # scores that count
+    forward_flops = 4 * visible_pairs * shape["D"] * shape["Hq"]          # QK^T and PV
+    rows = []
+    methods = methods_for(q, k, v, anchors, S, B, inference, device)
+    reference = None
+    for method, fn in methods.items():
+        for pass_ in passes:
+            row = dict(case=name, method=method, passes=pass_, ms=None, speedup_vs_sdpa=None,
+                       visible_tflops=None, peak_gib=None, max_abs_diff_vs_sdpa=None, error=None)
+            try:
+                if device == "cuda":
+                    torch.cuda.empty_cache()
+                    torch.cuda.reset_peak_memory_stats()
+                if pass_ == "forward":
+                    with torch.no_grad():
+                        out = fn(q, k, v)
+                        if method == "sdpa":
+                            reference = out.float()
+                        elif reference is not None:
+                            diff = (out.float() - reference).abs().max()
+                            row["max_abs_diff_vs_sdpa"] = diff.item()
+                        row["ms"] = time_ms(lambda: fn(q, k, v), device)
+                    flops = forward_flops
+                else:
+                    qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+                    grad_out = torch.randn_like(q)
+                    row["ms"] = time_ms(lambda: fn(qg, kg, vg).backward(grad_out), device,
+                                        grads=(qg, kg, vg))
+                    flops = 3.5 * forward_flops                           # backward = 2.5 x forward
+                row["visible_tflops"] = flops / (row["ms"] * 1e-3) / 1e12
+                if device == "cuda":
+                    row["peak_gib"] = torch.cuda.max_memory_allocated() / 2 ** 30
+            except Exception as e:  # an OOM or an unsupported combination is a result too
+                row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            rows.append(row)
+            shown = f"{row['ms']:9.3f} ms" if row["ms"] is not None else row["error"]
+            print(f"{name:9s} {pass_:16s} {method:17s} {shown}", flush=True)
+    sdpa_ms = {r["passes"]: r["ms"] for r in rows if r["method"] == "sdpa"}
+    for r in rows:
+        if r["ms"] and sdpa_ms.get(r["passes"]):
+            r["speedup_vs_sdpa"] = sdpa_ms[r["passes"]] / r["ms"]
+    visible_fraction = visible_pairs / (anchors.shape[0] * q.shape[2] * k.shape[2])
+    return rows, visible_fraction
+
+
+def plot(rows, path):
+    """One panel per (case, passes): milliseconds per method, the kernel in colour."""
+    try:
+        import matplotlib
+    except ImportError:
+        print("bench_kernel: matplotlib is not installed, no plot")
+        return
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = sorted({(r["case"], r["passes"]) for r in rows}, key=lambda g: (g[0] != "training", g))
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.8))
+    for ax, (case, pass_) in zip(list(axes) if len(groups) > 1 else [axes], groups):
+        times = {r["method"]: r["ms"] for r in rows if (r["case"], r["passes"]) == (case, pass_)}
+        names = [m for m in methods if m in times]
+        values = [times[m] or 0.0 for m in names]
+        colours = ["C0" if m == "triton" else "C7" for m in names]
+        bars = ax.bar(range(len(names)), values, color=colours)
+        for bar, m in zip(bars, names):
+            ax.annotate("failed" if times[m] is None else f"{times[m]:.2f}",
+                        (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                        ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
+        ax.set_title(f"{case}: {pass_}", fontsize=10)
+        ax.set_ylabel("ms (lower is better)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="results/kernel_bench.json")
+    parser.add_argument("--cpu-smoke", action="store_true",
+                        help="tiny shapes through Triton's interpreter, to test this script")
+    args = parser.parse_args(argv)
+
+    if args.cpu_smoke:
+        os.environ["TRITON_INTERPRET"] = "1"  # before minidflash.kernel is imported
+        device, dtype, train, infer = "cpu", torch.float32, SMOKE_TRAIN, SMOKE_INFER
+    elif torch.cuda.is_available():
+        device, dtype, train, infer = "cuda", torch.bfloat16, TRAIN, INFER
+    else:
+        print("bench_kernel: no CUDA device, nothing to time. This benchmark needs a GPU; "
+              "on a CPU, `--cpu-smoke` checks that the script runs (timings meaningless).")
+        return 0
+    from . import kernel
+    if args.cpu_smoke and not kernel._interpreting():
+        print("bench_kernel: minidflash.kernel was imported before TRITON_INTERPRET was set")
+        return 1
+
+    import triton
+    result = dict(device=torch.cuda.get_device_name() if device == "cuda" else platform.processor(),
+                  torch=torch.__version__, triton=triton.__version__, dtype=str(dtype),
+                  shapes=dict(training=train, inference=infer), cases={}, rows=[])
+    for name, shape, passes in (("training", train, ("forward", "forward+backward")),
+                                ("inference", infer, ("forward",))):
+        rows, visible_fraction = run_case(name, shape, dtype, device, passes)
+        result["rows"] += rows
+        result["cases"][name] = dict(visible_fraction=visible_fraction)
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    plot(result["rows"], out.with_suffix(".png"))
+    print(f"wrote {out} (and its plot, {out.with_suffix('.png').name})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

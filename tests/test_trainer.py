@@ -1,0 +1,185 @@
+"""The training recipe (paper section 4.2): the visibility rule, train/inference agreement, and a
+regression test named after each bug that public training code has shipped."""
+
+import math
+
+import pytest
+import torch
+
+import minidflash.drafter as drafter_mod
+import minidflash.mask as mask_mod
+from minidflash import trainer
+from minidflash.drafter import target_features
+from minidflash.mask import block_mask
+from tests.helpers import random_drafter, tiny_target
+
+
+def loop_mask(anchors, S, B):
+    """The rule, by inspection: three nested loops over blocks, slots and keys."""
+    n = len(anchors)
+    m = torch.zeros(n * B, S + n * B, dtype=torch.bool)
+    for b in range(n):
+        for i in range(B):
+            for j in range(S + n * B):
+                if j < S:
+                    m[b * B + i, j] = j < anchors[b]          # context strictly before the anchor
+                else:
+                    m[b * B + i, j] = (j - S) // B == b       # its own block, every slot
+    return m
+
+
+@pytest.mark.parametrize("anchors,S,B", [([0], 5, 1), ([3, 7, 7], 12, 4), ([2, 9, 30, 31], 40, 5),
+                                         ([16], 16, 16), ([0, 1, 2], 3, 3)])
+def test_visibility_rule_matches_loop(anchors, S, B):
+    assert torch.equal(block_mask(torch.tensor(anchors), S, B), loop_mask(anchors, S, B))
+
+
+def test_visibility_rule_on_ints():
+    assert mask_mod.visible(0, 4, 5, 10, 4) and not mask_mod.visible(0, 5, 5, 10, 4)
+    assert mask_mod.visible(1, 10 + 4, 7, 10, 4) and not mask_mod.visible(1, 10 + 3, 7, 10, 4)
+
+
+# --------------------------------------------------------------------------------------------
+# Training pass == inference path
+# --------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def setup():
+    target = tiny_target(21, vocab=97, layers=4)
+    drafter = random_drafter(target, 21, layers=2, block_size=6)
+    torch.manual_seed(0)
+    prompt = torch.randint(0, 96, (1, 7))
+    ids = target.generate(prompt, do_sample=False, max_new_tokens=40, min_new_tokens=40,
+                          pad_token_id=0, attention_mask=torch.ones_like(prompt))   # (1, 47)
+    with torch.no_grad():
+        hidden = target_features(target(ids, output_hidden_states=True).hidden_states,
+                                 drafter.target_layer_ids)                          # (1, S, L_f*H)
+    anchors = torch.tensor([[7, 8, 15, 30, 41]])                                    # <= S - B
+    return target, drafter, ids, hidden, anchors
+
+
+def inference_logits(drafter, target, ids, hidden, a, chunk=3):
+    """Logits (B, V) of the block at anchor a the way decoding computes them: context features
+    of positions < a reach the drafter's cache a few at a time (each call with a block whose
+    K/V are not kept, as in decoding), then the real block, with no mask."""
+    B, embed = drafter.block_size, target.get_input_embeddings()
+    cache = drafter.new_cache()
+
+    def call(lo, hi, first_token):
+        block = torch.full((1, B), drafter.mask_token_id)
+        block[0, 0] = first_token
+        with torch.no_grad():
+            return drafter(embed(block), hidden[:, lo:hi], torch.arange(lo, hi + B)[None], cache=cache)
+
+    for lo in range(0, a - chunk, chunk):
+        call(lo, lo + chunk, ids[0, lo + chunk])            # an earlier decoding step
+    h = call(cache.get_seq_length(), a, ids[0, a])
+    return target.get_output_embeddings()(h)[0]
+
+
+def training_logits(setup):
+    target, drafter, ids, hidden, anchors = setup
+    with torch.no_grad():
+        return trainer.drafter_logits(drafter, target, ids, hidden, anchors)[0]   # (n, B, V)
+
+
+def max_gap(setup):
+    target, drafter, ids, hidden, anchors = setup
+    train = training_logits(setup)
+    return max((train[b] - inference_logits(drafter, target, ids, hidden, int(a))).abs().max().item()
+               for b, a in enumerate(anchors[0]))
+
+
+def test_training_pass_equals_inference_path(setup):
+    assert max_gap(setup) <= 1e-5
+
+
+def test_bug_context_visible_at_anchor_is_caught(setup, monkeypatch):
+    """Bug: context j <= anchor (the anchor's own feature leaks; at inference it is unknown)."""
+    def leaky(q_block, k, anchor, num_context, block_size):
+        return ((k < num_context) & (k <= anchor)) | (
+            (k >= num_context) & ((k - num_context) // block_size == q_block))
+    monkeypatch.setattr(mask_mod, "visible", leaky)
+    assert max_gap(setup) > 1e-3
+
+
+def test_bug_causal_instead_of_bidirectional_block_is_caught(setup, monkeypatch):
+    """Bug: a causal mask inside the block (block diffusion is bidirectional within a block)."""
+    def causal(anchors, num_context, block_size):
+        m = block_mask(anchors, num_context, block_size).clone()
+        slot = torch.arange(m.shape[0]) % block_size
+        ks = torch.arange(m.shape[1] - num_context) % block_size
+        m[:, num_context:] &= ks[None, :] <= slot[:, None]
+        return m
+    monkeypatch.setattr(drafter_mod, "block_mask", causal)
+    assert max_gap(setup) > 1e-3
+
+
+def test_labels_are_the_tokens_the_target_would_emit(setup):
+    """Slot k of the block at a is labelled x_{a+k}: on target-regenerated data that is exactly
+    the target's greedy token after x_{..a+k-1}, which is what decoding must match."""
+    target, drafter, ids, hidden, anchors = setup
+    labels = trainer.block_labels(ids, anchors, drafter.block_size)
+    with torch.no_grad():
+        greedy = target(ids).logits[0].argmax(-1)              # greedy[p] = next token after p
+    pos = anchors[0][:, None] + torch.arange(drafter.block_size)
+    assert (labels[0, :, 0] == -100).all()
+    assert torch.equal(labels[0, :, 1:], greedy[pos[:, 1:] - 1])
+
+
+def test_bug_labels_shifted_by_one_is_caught(setup):
+    """Bug: slot k labelled x_{a+k+1}. The same check as above must reject it."""
+    target, drafter, ids, hidden, anchors = setup
+
+    labels = trainer.block_labels(ids, anchors + 1, drafter.block_size)  # the buggy labelling
+    with torch.no_grad():
+        greedy = target(ids).logits[0].argmax(-1)
+    pos = anchors[0][:, None] + torch.arange(drafter.block_size)
+    assert not torch.equal(labels[0, :, 1:], greedy[pos[:, 1:] - 1])
+
+
+# --------------------------------------------------------------------------------------------
+# Recipe details
+# --------------------------------------------------------------------------------------------
+
+def test_anchors_inside_response_sorted_unique():
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(50):
+        a = trainer.sample_anchors(10, 60, 16, 20, gen)
+        assert len(a) == 20 and len(set(a.tolist())) == 20
+        assert a.min() >= 10 and a.max() <= 60 - 16 and torch.equal(a, a.sort().values)
+    assert len(trainer.sample_anchors(10, 20, 16, 5, gen)) == 0          # response too short
+    assert trainer.sample_anchors(0, 40, 8, 99, gen, random_anchors=False).tolist() == [0, 8, 16, 24, 32]
+
+
+def test_loss_weights_follow_paper():
+    w = trainer.loss_weights(16, 7.0)
+    assert w[0] == 0 and w[1] == 1 and math.isclose(w[8].item(), math.exp(-1), rel_tol=1e-6)
+    assert trainer.loss_weights(16, 0).tolist() == [0.0] + [1.0] * 15
+    assert trainer.GAMMA == {16: 7.0, 10: 5.0, 8: 4.0}
+
+
+def test_short_training_run_learns_and_resumes(tmp_path):
+    """A few dozen steps on a random target's own greedy text: loss falls; resume continues."""
+    target = tiny_target(3, vocab=61, layers=4)
+
+    class Tok:
+        pad_token_id = 0
+        def convert_tokens_to_ids(self, t):
+            return 60
+    torch.manual_seed(0)
+    data = []
+    for i in range(12):
+        p = torch.randint(1, 59, (1, 6))
+        ids = target.generate(p, do_sample=False, max_new_tokens=40, min_new_tokens=40,
+                              pad_token_id=0, attention_mask=torch.ones_like(p))[0]
+        data.append({"ids": ids, "response_start": 6})
+    cfg = trainer.TrainConfig(num_layers=1, block_size=8, anchors_per_seq=8, steps=60,
+                              batch_size=4, lr=3e-3, eval_every=30, out=str(tmp_path / "d"))
+    out = trainer.train(cfg, target=target, tokenizer=Tok(), data=data, progress=False)
+    h = out["history"]["loss"]
+    assert sum(h[-10:]) / 10 < 0.8 * sum(h[:10]) / 10
+    assert (tmp_path / "d" / "model.safetensors").exists()
+    # the checkpoint holds step 60 with the same config: a rerun resumes and trains nothing new
+    again = trainer.train(cfg, target=target, tokenizer=Tok(), data=data, progress=False)
+    assert again["history"]["loss"] == h
