@@ -11,7 +11,7 @@ state. Reported per suite:
 * task accuracy where checkable (\\boxed{} answers; HumanEval tests), for BOTH decoders, which
   must agree because the outputs are identical (asserted for greedy).
 
-``python -m minidflash bench --suites arithmetic code --n 10 --json results/bench.json``
+``python -m minidflash bench --suites arithmetic code --n 10 --json data/results/bench.json``
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Benchmark the block-attention kernel against stock attention (paper section 4.2 sizes; a GPU).
 
-    python -m minidflash.bench_kernel [--out results/kernel_bench.json]
+    python -m minidflash.bench_kernel [--out data/results/kernel_bench.json]
 
 Two cases, the shapes of the published 8B drafter's attention (32 query heads, 8 key-value
 heads, head dim 128, bf16):
@@ -184,7 +184,9 @@ def plot(rows, path):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="results/kernel_bench.json")
+    parser.add_argument("--out", default=None,
+                        help="default data/results/kernel_bench.json (GPU) or "
+                             "/tmp/kernel_bench_smoke.json (--cpu-smoke, never a real result)")
     parser.add_argument("--cpu-smoke", action="store_true",
                         help="tiny shapes through Triton's interpreter, to test this script")
     args = parser.parse_args(argv)
@@ -213,7 +215,9 @@ def main(argv=None) -> int:
         result["rows"] += rows
         result["cases"][name] = dict(visible_fraction=visible_fraction)
 
-    out = Path(args.out)
+    result["smoke"] = bool(args.cpu_smoke)
+    out = Path(args.out or ("/tmp/kernel_bench_smoke.json" if args.cpu_smoke
+                            else "data/results/kernel_bench.json"))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     plot(result["rows"], out.with_suffix(".png"))

@@ -48,6 +48,18 @@ TINY_DRAFTER_DIR = DATA_DIR / "drafter"
 BACKENDS = ("sdpa", "triton")
 
 
+def default_backend(device="cpu") -> str:
+    """The attention backend switch's default: the Triton kernel on a CUDA device, torch SDPA
+    on a CPU (where Triton only runs in its slow interpreter, for tests)."""
+    if torch.device(device).type == "cuda":
+        try:
+            import triton  # noqa: F401
+            return "triton"
+        except ImportError:
+            pass
+    return "sdpa"
+
+
 def default_target_layer_ids(num_target_layers: int, num_features: int) -> list[int]:
     """L_f evenly spaced target layers from 1 to T-3 (T // 2 when L_f = 1); section 2."""
     if num_features == 1:
@@ -66,7 +78,11 @@ def make_drafter_config(target_config, num_hidden_layers: int = 1, block_size: i
                         mask_token_id: int | None = None,
                         target_layer_ids: list[int] | None = None,
                         num_features: int | None = None, **overrides) -> Qwen3Config:
-    """A drafter config shaped after the target's (same hidden size, heads and RoPE)."""
+    """A drafter config shaped after the target's (same hidden size, heads and RoPE).
+
+    The L_f target layers: target_layer_ids if given, else num_features evenly spaced ones;
+    with neither, L_f = num_hidden_layers, as in the published checkpoints (5 and 5).
+    """
     t = target_config
     if target_layer_ids is None:
         target_layer_ids = default_target_layer_ids(t.num_hidden_layers,
@@ -183,7 +199,7 @@ class DFlashDrafter(nn.Module):
         self.hidden_norm = Qwen3RMSNorm(H, eps=config.rms_norm_eps)
         self.norm = Qwen3RMSNorm(H, eps=config.rms_norm_eps)
         self.rotary_emb = Qwen3RotaryEmbedding(config)
-        self.backend = "sdpa"
+        self.backend = "sdpa"   # "sdpa" | "triton": see default_backend(); set by load_drafter
         self.apply(self._init_weights)
 
     def _init_weights(self, module):
@@ -241,11 +257,19 @@ class DFlashDrafter(nn.Module):
         out = Path(save_directory)
         tmp = out.with_name(out.name + ".tmp")
         tmp.mkdir(parents=True, exist_ok=True)
-        cfg = self.config.to_dict()
-        cfg.update(architectures=["DFlashDraftModel"], model_type="qwen3",
-                   block_size=self.block_size, num_target_layers=self.config.num_target_layers,
-                   dflash_config={"mask_token_id": self.mask_token_id,
-                                  "target_layer_ids": self.target_layer_ids})
+        c = self.config
+        rope = getattr(c, "rope_parameters", None) or {}
+        cfg = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3",
+               "block_size": self.block_size, "num_target_layers": c.num_target_layers,
+               "dflash_config": {"mask_token_id": self.mask_token_id,
+                                 "target_layer_ids": self.target_layer_ids},
+               "rope_theta": rope.get("rope_theta", getattr(c, "rope_theta", 1e6)),
+               "dtype": str(next(self.parameters()).dtype).replace("torch.", "")}
+        for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                    "num_key_value_heads", "head_dim", "rms_norm_eps", "max_position_embeddings",
+                    "vocab_size", "tie_word_embeddings", "attention_bias", "attention_dropout",
+                    "hidden_act", "initializer_range"):
+            cfg[key] = getattr(c, key)
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
         state = {k: v.detach().contiguous() for k, v in self.state_dict().items()}
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
@@ -272,11 +296,16 @@ def _resolve(name_or_path) -> Path:
         raise _missing(str(name_or_path), TINY_DRAFTER_DIR) from e
 
 
-def load_drafter(name_or_path=None, target=None, dtype=torch.float32, device="cpu") -> DFlashDrafter:
+def load_drafter(name_or_path=None, target=None, dtype=torch.float32, device="cpu",
+                 backend: str | None = None) -> DFlashDrafter:
     """Load a drafter in the published format; None is the shipped tiny drafter.
 
     With a target, checks that the drafter fits it (hidden size, vocabulary, layer ids).
+    backend: the attention backend, "sdpa" or "triton" (None: default_backend(device)).
     """
+    backend = backend or default_backend(device)
+    if backend not in BACKENDS:
+        raise ValueError(f"attention backend {backend!r} is not one of {BACKENDS}")
     from safetensors.torch import load_file
 
     path = _resolve(TINY_DRAFTER_DIR if name_or_path is None else name_or_path)
@@ -308,6 +337,7 @@ def load_drafter(name_or_path=None, target=None, dtype=torch.float32, device="cp
                          f"Check num_hidden_layers in config.json and the tensor names.")
     drafter.load_state_dict(state, strict=True)
     drafter.to(device=device, dtype=dtype).eval().requires_grad_(False)
+    drafter.backend = backend
     if target is not None:
         check_fits(drafter, target)
     return drafter

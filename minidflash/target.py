@@ -238,6 +238,33 @@ def train_target(out_dir: str | os.PathLike = TINY_TARGET_DIR, steps: int = 1800
     return info
 
 
+@torch.no_grad()
+def evaluate_target(model=None, tokenizer=None, n: int = 64, max_new_tokens: int = 256) -> dict:
+    """Greedy answers to n held-out prompts per domain: arithmetic accuracy and the share of
+    repeated 4-grams (loops) per domain."""
+    from .bench import boxed, repeated_4gram_share
+    from .verifier import speculative_generate
+
+    if model is None:
+        model, tokenizer = load_target()
+    out = {}
+    for domain in ("arithmetic", "code"):
+        rows = corpus.read_jsonl(PROMPTS_DIR / f"{domain}.jsonl")[:n]
+        rep, right, lengths = [], [], []
+        for row in rows:
+            r = speculative_generate(model, None, chat_ids(tokenizer, row["messages"]),
+                                     max_new_tokens, block_size=1, stop_token_ids=stop_ids(tokenizer))
+            ids = r.new_ids.tolist()
+            rep.append(repeated_4gram_share(ids))
+            lengths.append(len(ids))
+            if "answer" in row:
+                right.append(boxed(tokenizer.decode(ids)) == row["answer"])
+        out[domain] = {"prompts": len(rows), "repeated_4gram_share": sum(rep) / len(rep),
+                       "mean_new_tokens": sum(lengths) / len(lengths),
+                       "accuracy": sum(right) / len(right) if right else None}
+    return out
+
+
 def _conversation_text_plain(example: dict) -> str:
     """Conversation text for BPE training (the special tokens are added by the trainer)."""
     return "".join(f"{m['role']}\n{m['content']}\n" for m in example["messages"])
@@ -251,5 +278,9 @@ if __name__ == "__main__":
     p.add_argument("--seq-len", type=int, default=256)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--eval", action="store_true", help="only evaluate the shipped target")
     a = p.parse_args()
-    print(json.dumps(train_target(a.out, a.steps, a.batch_size, a.seq_len, a.lr, a.seed), indent=1))
+    if a.eval:
+        print(json.dumps(evaluate_target(), indent=1))
+    else:
+        print(json.dumps(train_target(a.out, a.steps, a.batch_size, a.seq_len, a.lr, a.seed), indent=1))

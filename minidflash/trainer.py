@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from . import corpus
-from .drafter import DFlashDrafter, load_drafter, make_drafter_config, target_features
+from .drafter import DFlashDrafter, default_backend, make_drafter_config, target_features
 from .target import chat_ids, load_target, stop_ids
 from .verifier import cache_kwargs
 
@@ -51,8 +51,8 @@ class TrainConfig:
     target_layer_ids: list | None = None
     use_target_features: bool = True  # False: ablation "no target features" (context zeroed)
     # data
-    n_arithmetic: int = 2000
-    n_code: int = 600
+    n_arithmetic: int = 4000
+    n_code: int = 1000
     max_new_tokens: int = 256
     features: str = "online"          # "online": target forward every step; "offline": cached
     # recipe
@@ -67,7 +67,7 @@ class TrainConfig:
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     seed: int = 0
-    backend: str = "sdpa"
+    backend: str | None = None        # attention: "sdpa" | "triton"; None = per device
     eval_every: int = 200
     out: str = str(ROOT / "data" / "drafter")
     extra: dict = field(default_factory=dict)
@@ -162,6 +162,7 @@ def block_labels(ids: torch.Tensor, anchors: torch.Tensor, block_size: int) -> t
     """Labels (N, n, B): slot k of the block at anchor a is labelled x_{a+k}; slot 0 is -100."""
     pos = anchors[:, :, None] + torch.arange(block_size)                       # (N, n, B)
     labels = ids.gather(1, pos.clamp(max=ids.shape[1] - 1).view(ids.shape[0], -1)).view(pos.shape)
+    labels[pos >= ids.shape[1]] = -100   # past the end: no label (anchors <= S - B avoid this)
     labels[:, :, 0] = -100
     return labels
 
@@ -181,6 +182,9 @@ def drafter_logits(drafter: DFlashDrafter, target, ids, hidden, anchors):
     """
     N, S = ids.shape
     B = drafter.block_size
+    if hidden.shape[:2] != (N, S) or anchors.shape[0] != N:
+        raise ValueError(f"ids {tuple(ids.shape)}, hidden {tuple(hidden.shape)} and anchors "
+                         f"{tuple(anchors.shape)} must agree on batch N and sequence S")
     tokens, pos = block_inputs(ids, anchors, B, drafter.mask_token_id)       # (N, n*B)
     ctx_pos = torch.arange(S).expand(N, -1)
     x = target.get_input_embeddings()(tokens)                                 # (N, n*B, H)
@@ -247,7 +251,7 @@ def train(cfg: TrainConfig, target=None, tokenizer=None, data=None, progress=Tru
                                target_layer_ids=cfg.target_layer_ids,
                                num_features=cfg.num_features)
     drafter = DFlashDrafter(dcfg)
-    drafter.backend = cfg.backend
+    drafter.backend = cfg.backend or default_backend(next(target.parameters()).device)
     drafter.train()
     layer_ids = drafter.target_layer_ids
     gamma = GAMMA.get(cfg.block_size, 7.0) if cfg.gamma is None else cfg.gamma
@@ -357,6 +361,8 @@ def main(argv=None):
             p.add_argument("--target-layer-ids", type=lambda s: [int(x) for x in s.split(",")], default=None)
         elif f == "gamma":
             p.add_argument("--gamma", type=float, default=None)
+        elif f == "backend":
+            p.add_argument("--backend", choices=["sdpa", "triton"], default=None)
         else:
             p.add_argument(f"--{f.replace('_', '-')}", type=kind, default=default)
     cfg = TrainConfig(**vars(p.parse_args(argv)))

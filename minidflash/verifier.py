@@ -63,7 +63,7 @@ class GenerationResult:
         return self.decode_time / max(1, self.num_new_tokens)
 
 
-def _crop(cache: DynamicCache, length: int) -> None:
+def crop_cache(cache: DynamicCache, length: int) -> None:
     """Drop cached positions >= length (a negative crop behaves the same on every version)."""
     extra = cache.get_seq_length() - length
     if extra > 0:
@@ -186,17 +186,19 @@ def speculative_generate(target, drafter: DFlashDrafter | None, input_ids: torch
         # 4. Accept the longest agreeing prefix, plus the target's bonus token.
         a, committed, choice = accept(block, out.logits, temperature, generator)
         if record_steps:
-            probs = torch.softmax(out.logits[0, :-1].float() / (temperature or 1.0), -1)
-            steps.append({"start": start, "draft": block[0, 1:].tolist(),
-                          "target": choice[0].tolist(), "accepted": a,
-                          "p_draft": probs.gather(-1, block[0, 1:, None])[:, 0].tolist()})
+            step = {"start": start, "draft": block[0, 1:].tolist(),
+                    "target": choice[0].tolist(), "accepted": a, "p_draft": None}
+            if temperature > 0:  # probability that the target's sample equals each draft token
+                probs = torch.softmax(out.logits[0, :-1].float() / temperature, -1)
+                step["p_draft"] = probs.gather(-1, block[0, 1:, None])[:, 0].tolist()
+            steps.append(step)
         new += committed
         done = not stops.isdisjoint(committed)
         drafted += [True] * a + [False]
         lengths.append(a + 1)
         token = choice[:, a]
         start += a + 1
-        _crop(cache, start)                          # keep t, d_1..d_a; the bonus is not fed yet
+        crop_cache(cache, start)                          # keep t, d_1..d_a; the bonus is not fed yet
         if B > 1:
             hidden = target_features(out.hidden_states, layer_ids)[:, :a + 1]
         draft_time += tv - ts
