@@ -99,14 +99,14 @@ def main(argv=None) -> None:
     d.add_argument("--target", default=None, help="hub id or directory (default: the tiny target)")
     d.add_argument("--drafter", default=None, help="hub id or directory (default: the tiny drafter)")
     d.add_argument("--no-color", action="store_true")
-    b = sub.add_parser("bench", help="plain vs DFlash over prompt suites (see minidflash.bench)")
-    b.add_argument("rest", nargs=argparse.REMAINDER)
-    args = p.parse_args(argv)
-    if args.command == "demo":
-        demo(args)
-    else:
+    sub.add_parser("bench", add_help=False,
+                   help="plain vs DFlash over prompt suites (python -m minidflash bench --help)")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:
         from .bench import main as bench_main
-        bench_main(args.rest)
+        bench_main(argv[1:])
+        return
+    demo(p.parse_args(argv))
 
 
 if __name__ == "__main__":

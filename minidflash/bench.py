@@ -148,6 +148,44 @@ def plot(results: dict, path: Path) -> None:
     plt.close(fig)
 
 
+@torch.no_grad()
+def step_times(target, drafter, context: int = 512, repeats: int = 20) -> dict:
+    """Median milliseconds of the pieces of a step: a prefill of `context` tokens, a plain
+    decode step, a verify pass over B tokens, and one drafter call for a block of B."""
+    from .verifier import cache_kwargs, crop_cache
+    from transformers import DynamicCache
+
+    def median_ms(fn):
+        ts = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t)
+        return 1e3 * sorted(ts)[len(ts) // 2]
+
+    ids = torch.randint(0, 200, (1, context))
+    cache = DynamicCache()
+    out = {"prefill_ms": median_ms(lambda: target(input_ids=ids))}
+    target(input_ids=ids, **cache_kwargs(target, cache))
+    hidden = torch.randn(1, context, len(drafter.target_layer_ids) * target.config.hidden_size)
+    for B in (1, 4, 8, 16):
+        block = ids[:, :B]
+        pos = torch.arange(context, context + B)[None]
+
+        def verify():
+            target(input_ids=block, position_ids=pos, **cache_kwargs(target, cache),
+                   output_hidden_states=True)
+            crop_cache(cache, context)
+        out[f"verify_{B}_ms"] = median_ms(verify)
+        if B > 1:
+            dcache = drafter.new_cache()
+            drafter.draft(target, ids[:, -1], hidden, context, dcache, B)   # context in the cache
+            out[f"draft_{B}_ms"] = median_ms(
+                lambda: drafter.draft(target, ids[:, -1], hidden[:, :0], context, dcache, B))
+    out["decode_ms"] = out.pop("verify_1_ms")
+    return out
+
+
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(prog="python -m minidflash bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -161,12 +199,18 @@ def main(argv=None) -> dict:
     p.add_argument("--drafter", default=None)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--json", default=None, help="write the figures here (and a .png beside it)")
+    p.add_argument("--step-times", action="store_true",
+                   help="only time prefill / decode / verify / draft steps (context 512)")
     a = p.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     target, tokenizer = load_target(a.target)
     drafter = load_drafter(a.drafter, target=target)
+    if a.step_times:
+        times = step_times(target, drafter)
+        print(json.dumps({k: round(v, 2) for k, v in times.items()}, indent=1))
+        return times
     results = {"block_sizes": a.block_sizes, "temperature": a.temperature,
                "max_new_tokens": a.max_new_tokens, "n": a.n, "threads": torch.get_num_threads(),
                "drafter_layers": drafter.config.num_hidden_layers,
