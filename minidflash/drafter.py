@@ -228,7 +228,7 @@ class DFlashDrafter(nn.Module):
                       backend=self.backend)
         return self.norm(x)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def draft(self, target, last_token: torch.Tensor, target_hidden: torch.Tensor,
               start: int, cache, block_size: int | None = None) -> torch.Tensor:
         """Greedy block draft: ids (N, B-1) for slots 1..B-1 after last_token (N,) at start.

@@ -136,7 +136,7 @@ def _validate(target, drafter, input_ids, max_new_tokens, block_size, temperatur
                              f"{limit} positions; shorten the prompt or max_new_tokens.")
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def speculative_generate(target, drafter: DFlashDrafter | None, input_ids: torch.Tensor,
                          max_new_tokens: int, block_size: int | None = None,
                          temperature: float = 0.0, stop_token_ids=None,

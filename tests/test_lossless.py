@@ -175,7 +175,7 @@ def sampling_setup():
 def test_sampling_matches_target_distribution(sampling_setup):
     target, drafter, ids, probs = sampling_setup
     assert min(probs.values()) > 1e-3 and abs(sum(probs.values()) - 1) < 1e-9
-    n = 3000
+    n = 1500
     counts = sample_counts(target, drafter, ids, n, seed=0)
     assert chi_square_pvalue(counts, probs, n) > 1e-3
 
@@ -184,7 +184,7 @@ def test_wrong_acceptance_rule_is_caught(sampling_setup, monkeypatch):
     """The same test, same seed and size, rejects a subtly wrong rule: it has power."""
     target, drafter, ids, probs = sampling_setup
     monkeypatch.setattr(verifier, "accept", wrong_accept)
-    n = 3000
+    n = 1500
     counts = sample_counts(target, drafter, ids, n, seed=0)
     assert chi_square_pvalue(counts, probs, n) < 1e-6
 
