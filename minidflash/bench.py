@@ -121,13 +121,12 @@ def run_suite(target, tokenizer, drafter, rows, block_sizes, max_new_tokens, tem
 
 
 def plot(results: dict, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure   # no pyplot: leaves the caller's backend alone
 
     suites = list(results["suites"])
     B = str(results["block_sizes"][0])
-    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+    fig = Figure(figsize=(14, 3.8))
+    axes = fig.subplots(1, 3)
     taus = [results["suites"][s]["block_sizes"][B]["tau"] for s in suites]
     sps = [results["suites"][s]["block_sizes"][B]["speedup"] for s in suites]
     axes[0].bar(suites, taus, color="C2")
@@ -145,7 +144,6 @@ def plot(results: dict, path: Path) -> None:
         ax.tick_params(axis="x", rotation=30)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 @torch.no_grad()

@@ -88,14 +88,15 @@ def training_prompts(n_arithmetic: int, n_code: int, seed: int = 0) -> list[dict
 
 @torch.no_grad()
 def regenerate(target, tokenizer, prompts: list[dict], max_new_tokens: int = 256,
-               batch_size: int = 32) -> list[dict]:
+               batch_size: int = 32, progress: bool = True) -> list[dict]:
     """The target's own greedy answers: [{"ids": LongTensor (S,), "response_start": int}]."""
     stops = stop_ids(tokenizer)
     pad = tokenizer.pad_token_id
     rows = [chat_ids(tokenizer, p["messages"])[0] for p in prompts]
     order = sorted(range(len(rows)), key=lambda i: len(rows[i]))  # similar lengths together
     out = [None] * len(rows)
-    for s in tqdm(range(0, len(order), batch_size), desc="regenerate", mininterval=10):
+    for s in tqdm(range(0, len(order), batch_size), desc="regenerate", mininterval=10,
+                  disable=not progress):
         idx = order[s:s + batch_size]
         width = max(len(rows[i]) for i in idx)
         ids = torch.full((len(idx), width), pad, dtype=torch.long)
@@ -331,21 +332,19 @@ def train(cfg: TrainConfig, target=None, tokenizer=None, data=None, progress=Tru
 
 
 def plot_history(history: dict, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure   # no pyplot: leaves the caller's backend alone
 
     if not history["step"]:
         return
     smooth = lambda xs, k=25: [sum(xs[max(0, i - k):i + 1]) / len(xs[max(0, i - k):i + 1]) for i in range(len(xs))]
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.5))
+    fig = Figure(figsize=(10, 3.5))
+    a, b = fig.subplots(1, 2)
     a.plot(history["step"], smooth(history["loss"]))
     a.set(xlabel="step", ylabel="weighted CE (smoothed)", title="drafter loss")
     b.plot(history["step"], smooth(history["tau"]), color="C2")
     b.set(xlabel="step", ylabel="tau at training anchors", title="acceptance at random anchors")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 def main(argv=None):
