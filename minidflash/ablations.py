@@ -1,4 +1,4 @@
-"""The paper's ablations (section 5 / DFLASH_SPEC section 6) at tiny scale.
+"""The paper's ablations (section 5) at tiny scale.
 
 Each variant is a drafter trained with the same budget (steps, data, seed) as the baseline,
 changing one thing; each is then decoded on held-out arithmetic prompts (greedy, tau and
