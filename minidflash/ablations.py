@@ -19,11 +19,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import torch
-
 from . import corpus
 from .bench import run_suite
-from .drafter import load_drafter
 from .target import PROMPTS_DIR, load_target
 from .trainer import CACHE_DIR, TrainConfig, cached_regeneration, train
 
@@ -62,8 +59,7 @@ def main(argv=None):
                       **change)
         t0 = time.time()
         run = train(cfg, target=target, tokenizer=tokenizer, data=data, progress=False)
-        drafter = load_drafter(cfg.out, target=target)
-        bench = run_suite(target, tokenizer, drafter, rows, test_sizes, 256, 0.0, progress=False)
+        bench = run_suite(target, tokenizer, run["drafter"], rows, test_sizes, 256, 0.0, progress=False)
         results["variants"][name] = {
             "change": change, "train_s": round(time.time() - t0, 1),
             "tau_train_anchors": run["info"]["final_tau_train_anchors"],

@@ -111,6 +111,11 @@ def arithmetic_examples(n: int, seed: int, exclude: set[str] = frozenset()) -> l
     return out
 
 
+def held_out_arithmetic(seed: int = 0, n: int = 128) -> list[dict]:
+    """The held-out arithmetic problems (data/prompts/arithmetic.jsonl): never trained on."""
+    return arithmetic_examples(n, seed=seed + 1)
+
+
 # --------------------------------------------------------------------------------------------
 # Python functions from the standard library
 # --------------------------------------------------------------------------------------------

@@ -147,7 +147,7 @@ def _conversation_text(tokenizer, example: dict) -> str:
 
 def make_splits(seed: int = 0, n_arith: int = 16000):
     """(train conversations, held-out prompts per domain) for the tiny target."""
-    held_arith = corpus.arithmetic_examples(128, seed=seed + 1)
+    held_arith = corpus.held_out_arithmetic(seed)
     train_arith = corpus.arithmetic_examples(
         n_arith, seed=seed, exclude={e["messages"][0]["content"] for e in held_arith})
     train_code, held_code = corpus.code_examples()

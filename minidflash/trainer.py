@@ -35,7 +35,6 @@ from tqdm.auto import tqdm
 from . import corpus
 from .drafter import DFlashDrafter, default_backend, make_drafter_config, target_features
 from .target import chat_ids, load_target, stop_ids
-from .verifier import cache_kwargs
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE_DIR = ROOT / "cache"
@@ -79,7 +78,7 @@ class TrainConfig:
 
 def training_prompts(n_arithmetic: int, n_code: int, seed: int = 0) -> list[dict]:
     """Training-split prompts of both domains (never the held-out ones)."""
-    held = {r["messages"][0]["content"] for r in corpus.arithmetic_examples(128, seed=1)}
+    held = {r["messages"][0]["content"] for r in corpus.held_out_arithmetic()}
     arith = corpus.arithmetic_examples(n_arithmetic, seed=seed + 100, exclude=held)
     code, _ = corpus.code_examples()
     random.Random(seed).shuffle(code)

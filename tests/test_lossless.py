@@ -197,7 +197,7 @@ def test_acceptance_rate_equals_p_draft():
     drafter = random_drafter(target, 11, mask_token_id=5)
     gen = torch.Generator().manual_seed(0)
     accepted, p_sum, var = 0, 0.0, 0.0
-    for i in range(40):
+    for _ in range(40):
         ids = torch.randint(0, 5, (1, 4), generator=gen)
         out = speculative_generate(target, drafter, ids, 40, block_size=4, temperature=1.0,
                                    generator=gen, record_steps=True)

@@ -1,7 +1,6 @@
 """The shipped benchmark prompt files (data/prompts/<suite>.jsonl) parse and have the right shape."""
 
 import json
-from pathlib import Path
 
 import pytest
 

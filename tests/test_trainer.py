@@ -169,7 +169,7 @@ def test_short_training_run_learns_and_resumes(tmp_path):
             return 60
     torch.manual_seed(0)
     data = []
-    for i in range(12):
+    for _ in range(12):
         p = torch.randint(1, 59, (1, 6))
         ids = target.generate(p, do_sample=False, max_new_tokens=40, min_new_tokens=40,
                               pad_token_id=0, attention_mask=torch.ones_like(p))[0]
