@@ -43,3 +43,11 @@ def block_mask(anchors: torch.Tensor, num_context: int, block_size: int) -> torc
     k = torch.arange(num_context + n * block_size, device=anchors.device)         # (S + n*B,)
     anchor = anchors.to(torch.long)[q_block]                                      # (n*B,)
     return visible(q_block[:, None], k[None, :], anchor[:, None], num_context, block_size)
+
+
+def dense_mask(anchors: torch.Tensor, num_context: int, block_size: int) -> torch.Tensor:
+    """Batched :func:`block_mask`: anchors (N, n) -> (N, 1, n*B, S + n*B), ready for SDPA.
+
+    The one place a dense mask is built (the SDPA backend, the kernel's reference, pictures).
+    """
+    return torch.stack([block_mask(a, num_context, block_size) for a in anchors])[:, None]
