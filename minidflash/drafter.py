@@ -35,30 +35,14 @@ import os
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from transformers import DynamicCache, Qwen3Config
 from transformers.models.qwen3.modeling_qwen3 import (Qwen3MLP, Qwen3RMSNorm,
                                                       Qwen3RotaryEmbedding, rotate_half)
 
-from .mask import block_mask
-
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
-TINY_DRAFTER_DIR = DATA_DIR / "drafter"
-BACKENDS = ("sdpa", "triton")
-
-
-def default_backend(device="cpu") -> str:
-    """The attention backend switch's default: the Triton kernel on a CUDA device, torch SDPA
-    on a CPU (where Triton only runs in its slow interpreter, for tests)."""
-    if torch.device(device).type == "cuda":
-        try:
-            import triton  # noqa: F401
-            return "triton"
-        except ImportError:
-            pass
-    return "sdpa"
-
+from .attention import attend, check_backend, default_backend
+from .config import PAPER, TINY_DRAFTER_DIR
+from .hub import snapshot
 
 def default_target_layer_ids(num_target_layers: int, num_features: int) -> list[int]:
     """L_f evenly spaced target layers from 1 to T-3 (T // 2 when L_f = 1); section 2."""
@@ -74,7 +58,8 @@ def target_features(hidden_states, target_layer_ids: list[int]) -> torch.Tensor:
     return torch.cat([hidden_states[i + 1] for i in target_layer_ids], dim=-1)
 
 
-def make_drafter_config(target_config, num_hidden_layers: int = 1, block_size: int = 16,
+def make_drafter_config(target_config, num_hidden_layers: int = 1,
+                        block_size: int = PAPER.block_size,
                         mask_token_id: int | None = None,
                         target_layer_ids: list[int] | None = None,
                         num_features: int | None = None, **overrides) -> Qwen3Config:
@@ -148,25 +133,6 @@ class DrafterAttention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(N, Q, -1))
 
 
-def attend(q, k, v, anchors, num_context, block_size, backend="sdpa"):
-    """Attention of block queries over [context ; blocks] under the visibility rule (mask.py).
-
-    anchors None means one block that follows all the context (inference): everything visible.
-    """
-    if backend == "triton":
-        from .kernel import block_attention
-        if anchors is None:
-            anchors = torch.full((q.shape[0], 1), num_context, dtype=torch.long, device=q.device)
-        return block_attention(q, k, v, anchors, num_context, block_size)
-    if backend != "sdpa":
-        raise ValueError(f"attention backend {backend!r} is not one of {BACKENDS}")
-    mask = None
-    if anchors is not None:  # (N, n) -> (N, 1, n*B, S + n*B)
-        mask = torch.stack([block_mask(a, num_context, block_size) for a in anchors])[:, None]
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
-                                          enable_gqa=q.shape[1] != k.shape[1])
-
-
 class DrafterLayer(nn.Module):
     """A Qwen3 decoder layer (pre-RMSNorm, attention, SwiGLU MLP) with KV injection."""
 
@@ -189,7 +155,8 @@ class DFlashDrafter(nn.Module):
         super().__init__()
         self.config = config
         dflash = getattr(config, "dflash_config", None) or {}
-        self.block_size = int(getattr(config, "block_size", None) or dflash.get("block_size") or 16)
+        self.block_size = int(getattr(config, "block_size", None) or dflash.get("block_size")
+                              or PAPER.block_size)
         self.mask_token_id = dflash.get("mask_token_id")
         self.target_layer_ids = list(dflash.get("target_layer_ids") or default_target_layer_ids(
             config.num_target_layers, config.num_hidden_layers))
@@ -279,23 +246,6 @@ class DFlashDrafter(nn.Module):
         tmp.replace(out)
 
 
-def _resolve(name_or_path) -> Path:
-    """A local directory, or a hub snapshot (downloaded when the network allows)."""
-    path = Path(name_or_path)
-    if path.is_dir():
-        return path
-    if path.exists() or str(name_or_path).count("/") != 1:
-        raise FileNotFoundError(f"Drafter {str(name_or_path)!r} is not a directory nor a hub id "
-                                f"(owner/name); pass None for the shipped tiny drafter.")
-    from huggingface_hub import snapshot_download
-    from .target import _missing, offline
-    try:
-        return Path(snapshot_download(str(name_or_path), local_files_only=offline(),
-                                      allow_patterns=["config.json", "*.safetensors"]))
-    except Exception as e:  # offline, unknown repo, ...
-        raise _missing(str(name_or_path), TINY_DRAFTER_DIR) from e
-
-
 def load_drafter(name_or_path=None, target=None, dtype=torch.float32, device="cpu",
                  backend: str | None = None) -> DFlashDrafter:
     """Load a drafter in the published format; None is the shipped tiny drafter.
@@ -303,12 +253,11 @@ def load_drafter(name_or_path=None, target=None, dtype=torch.float32, device="cp
     With a target, checks that the drafter fits it (hidden size, vocabulary, layer ids).
     backend: the attention backend, "sdpa" or "triton" (None: default_backend(device)).
     """
-    backend = backend or default_backend(device)
-    if backend not in BACKENDS:
-        raise ValueError(f"attention backend {backend!r} is not one of {BACKENDS}")
+    backend = check_backend(backend or default_backend(device))
     from safetensors.torch import load_file
 
-    path = _resolve(TINY_DRAFTER_DIR if name_or_path is None else name_or_path)
+    path = snapshot(TINY_DRAFTER_DIR if name_or_path is None else name_or_path, TINY_DRAFTER_DIR,
+                    allow_patterns=["config.json", "*.safetensors"])
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{path} has no config.json: a drafter directory needs config.json "
                                 f"and model.safetensors (write one with drafter.save_pretrained).")
@@ -320,7 +269,7 @@ def load_drafter(name_or_path=None, target=None, dtype=torch.float32, device="cp
         raise ValueError(f"{path / 'config.json'} is not a DFlash drafter config: it needs "
                          f"dflash_config {{mask_token_id, target_layer_ids}} and num_target_layers.")
     if "block_size" not in raw:  # newer checkpoints keep it inside dflash_config
-        config.block_size = config.dflash_config.get("block_size", 16)
+        config.block_size = config.dflash_config.get("block_size", PAPER.block_size)
     files = sorted(path.glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"{path} has no *.safetensors weights next to its config.json.")
@@ -354,7 +303,7 @@ def check_fits(drafter: DFlashDrafter, target) -> None:
     if drafter.mask_token_id is None or not 0 <= drafter.mask_token_id < vocab:
         raise ValueError(f"mask_token_id {drafter.mask_token_id} is outside the target's vocabulary "
                          f"(0..{vocab - 1}); set dflash_config.mask_token_id to the id of the "
-                         f"target tokenizer's <|MASK|> token.")
+                         f"target tokenizer's {PAPER.mask_token} token.")
     bad = [i for i in drafter.target_layer_ids if not 0 <= i < tc.num_hidden_layers]
     if bad:
         raise ValueError(f"target_layer_ids {drafter.target_layer_ids} name layers {bad} that the "

@@ -1,45 +1,21 @@
-"""The target model: the tiny Qwen3 we train and ship, or any real Qwen3 from the hub.
+"""The target: a frozen causal LM, loaded through transformers (paper section 3).
 
-DFlash (paper section 3) drafts for a *fixed, frozen* target. Everything in minidflash talks to
-the target through transformers' own ``Qwen3ForCausalLM`` and a tokenizer with a chat template,
-so the tiny default and ``Qwen/Qwen3-8B`` go through the same functions.
-
-The tiny target (``data/target``):
-* tokenizer: a byte-level BPE in Qwen's style (the Qwen2/3 split regex, so every digit is its own
-  token), Qwen3's chat special tokens, a ``<|MASK|>`` token for the drafter, and a Qwen3-style
-  chat template in non-thinking mode (the empty ``<think>`` block), which is how DFlash runs
-  Qwen3 (``enable_thinking=False``);
-* model: ``Qwen3ForCausalLM`` with 6 layers, hidden 256, 4 query / 2 key-value heads;
-* data: the two domains of ``minidflash.corpus`` (arithmetic word problems and stdlib code).
-
-Train it with ``python -m minidflash.target`` (see data/README.md for time and loss).
+DFlash drafts for a *fixed, frozen* target. minidflash talks to it only through transformers'
+``AutoModelForCausalLM`` and a tokenizer with a chat template, so the shipped tiny Qwen3
+(``data/target``, built by ``minidflash.tools.tiny_target``) and ``Qwen/Qwen3-8B`` go through the
+same three functions: ``load_target``, ``chat_ids`` (the prompt in non-thinking mode, as the
+published drafters were trained) and ``stop_ids``.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import math
 import os
-import random
-import time
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
-from . import corpus
-
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
-TINY_TARGET_DIR = DATA_DIR / "target"
-PROMPTS_DIR = DATA_DIR / "prompts"
-
-# The regex Qwen2 / Qwen3 split text with before byte-level BPE: digits one by one, words with
-# their leading space, punctuation runs, newlines.
-QWEN_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-              r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<|MASK|>"]
-MASK_TOKEN = "<|MASK|>"
+from .config import TINY_TARGET_DIR
+from .hub import not_found, offline
 
 # Qwen3's template, reduced to what the tiny model knows: system/user/assistant turns and the
 # non-thinking generation prompt. enable_thinking defaults to False here (the tiny model never
@@ -54,27 +30,6 @@ CHAT_TEMPLATE = (
     "{%- if enable_thinking is not defined or not enable_thinking %}"
     "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}"
 )
-
-TINY_CONFIG = dict(hidden_size=256, intermediate_size=768, num_hidden_layers=6,
-                   num_attention_heads=4, num_key_value_heads=2, head_dim=64,
-                   max_position_embeddings=2048, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
-                   tie_word_embeddings=True)
-
-
-# --------------------------------------------------------------------------------------------
-# Loading
-# --------------------------------------------------------------------------------------------
-
-def offline() -> bool:
-    """True when HF_HUB_OFFLINE asks not to touch the network (then only the local cache is used)."""
-    return os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("0", "false", "no", "")
-
-
-def _missing(name: str, default_dir: Path) -> FileNotFoundError:
-    return FileNotFoundError(
-        f"Cannot load {name!r}: it is not a local directory, not in the Hugging Face cache, and "
-        f"could not be downloaded (no network?); download it where there is network, or pass "
-        f"None to use the shipped tiny default in {default_dir}.")
 
 
 def load_target(name_or_path: str | os.PathLike | None = None, dtype=torch.float32,
@@ -96,7 +51,7 @@ def load_target(name_or_path: str | os.PathLike | None = None, dtype=torch.float
     except OSError as e:
         if local:
             raise
-        raise _missing(str(name_or_path), TINY_TARGET_DIR) from e
+        raise not_found(str(name_or_path), TINY_TARGET_DIR) from e
     model.to(device).eval().requires_grad_(False)
     return model, tokenizer
 
@@ -115,172 +70,3 @@ def stop_ids(tokenizer) -> list[int]:
     return [i for i in ids if isinstance(i, int) and i >= 0 and i != tokenizer.unk_token_id]
 
 
-# --------------------------------------------------------------------------------------------
-# Building the tiny target
-# --------------------------------------------------------------------------------------------
-
-def build_tokenizer(texts: list[str], vocab_size: int = 4096):
-    """A Qwen-style byte-level BPE trained on texts, wrapped for transformers."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
-    tok.train_from_iterator(texts, trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
-                                   pad_token="<|endoftext|>",
-                                   additional_special_tokens=SPECIAL_TOKENS[1:])
-    fast.chat_template = CHAT_TEMPLATE
-    fast.model_max_length = TINY_CONFIG["max_position_embeddings"]
-    return fast
-
-
-def _conversation_text(tokenizer, example: dict) -> str:
-    return tokenizer.apply_chat_template(example["messages"], tokenize=False)
-
-
-def make_splits(seed: int = 0, n_arith: int = 16000):
-    """(train conversations, held-out prompts per domain) for the tiny target."""
-    held_arith = corpus.held_out_arithmetic(seed)
-    train_arith = corpus.arithmetic_examples(
-        n_arith, seed=seed, exclude={e["messages"][0]["content"] for e in held_arith})
-    train_code, held_code = corpus.code_examples()
-    rng = random.Random(seed)
-    rng.shuffle(held_code)
-    return train_arith + train_code * 2, {"arithmetic": held_arith, "code": held_code[:128]}
-
-
-def train_target(out_dir: str | os.PathLike = TINY_TARGET_DIR, steps: int = 1800,
-                 batch_size: int = 8, seq_len: int = 256, lr: float = 3e-3, seed: int = 0,
-                 threads: int | None = None) -> dict:
-    """Train the tiny Qwen3 target from scratch and save it (tokenizer included) to out_dir.
-
-    Conversations are packed into rows of seq_len tokens (separated by <|endoftext|>) and
-    trained with next-token loss: AdamW, linear warmup, cosine decay.
-    """
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    if threads:
-        torch.set_num_threads(threads)
-    torch.manual_seed(seed)
-    t0 = time.time()
-    train, held = make_splits(seed)
-    random.Random(seed).shuffle(train)
-    texts = [_conversation_text_plain(e) for e in train]
-    tokenizer = build_tokenizer(texts)
-    eot = tokenizer.convert_tokens_to_ids("<|endoftext|>")
-    stream = []
-    for e in tqdm(train, desc="tokenize", mininterval=5):
-        stream += tokenizer(_conversation_text(tokenizer, e), add_special_tokens=False)["input_ids"]
-        stream.append(eot)
-    data = torch.tensor(stream[: len(stream) // seq_len * seq_len]).view(-1, seq_len)  # (N, S)
-    n_val = max(8, len(data) // 50)
-    val, data = data[:n_val], data[n_val:]
-
-    config = Qwen3Config(vocab_size=len(tokenizer), bos_token_id=None, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id, **TINY_CONFIG)
-    model = Qwen3ForCausalLM(config)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
-    warmup = max(1, steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
-
-    @torch.no_grad()
-    def val_loss() -> float:
-        model.eval()
-        out = sum(model(input_ids=val[i:i + 16], labels=val[i:i + 16]).loss.item() * len(val[i:i + 16])
-                  for i in range(0, len(val), 16)) / len(val)
-        model.train()
-        return out
-
-    history = {"step": [], "train_loss": [], "val_step": [], "val_loss": []}
-    gen = torch.Generator().manual_seed(seed)
-    model.train()
-    bar = tqdm(range(steps), desc="train target", mininterval=10)
-    for step in bar:
-        rows = data[torch.randint(len(data), (batch_size,), generator=gen)]  # (b, S)
-        loss = model(input_ids=rows, labels=rows).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        history["step"].append(step)
-        history["train_loss"].append(loss.item())
-        if step % 200 == 0 or step == steps - 1:
-            history["val_step"].append(step)
-            history["val_loss"].append(val_loss())
-            bar.set_postfix(loss=f"{loss.item():.3f}", val=f"{history['val_loss'][-1]:.3f}")
-
-    out_dir = Path(out_dir)
-    tmp = out_dir.with_name(out_dir.name + ".tmp")
-    model.eval()
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    info = {"steps": steps, "batch_size": batch_size, "seq_len": seq_len, "lr": lr,
-            "train_tokens": int(data.numel()), "val_tokens": int(val.numel()),
-            "params": sum(p.numel() for p in model.parameters()),
-            "final_val_loss": history["val_loss"][-1], "wall_s": round(time.time() - t0, 1),
-            "torch_threads": torch.get_num_threads()}
-    (tmp / "training.json").write_text(json.dumps({"info": info, "history": history}))
-    if out_dir.exists():
-        import shutil
-        shutil.rmtree(out_dir)
-    tmp.replace(out_dir)
-    for domain, rows in held.items():
-        corpus.write_jsonl([corpus.as_prompt(e) for e in rows], PROMPTS_DIR / f"{domain}.jsonl")
-    return info
-
-
-@torch.no_grad()
-def evaluate_target(model=None, tokenizer=None, n: int = 64, max_new_tokens: int = 256) -> dict:
-    """Greedy answers to n held-out prompts per domain: arithmetic accuracy and the share of
-    repeated 4-grams (loops) per domain."""
-    from .bench import boxed, repeated_4gram_share
-    from .verifier import speculative_generate
-
-    if model is None:
-        model, tokenizer = load_target()
-    out = {}
-    for domain in ("arithmetic", "code"):
-        rows = corpus.read_jsonl(PROMPTS_DIR / f"{domain}.jsonl")[:n]
-        rep, right, lengths = [], [], []
-        for row in rows:
-            r = speculative_generate(model, None, chat_ids(tokenizer, row["messages"]),
-                                     max_new_tokens, block_size=1, stop_token_ids=stop_ids(tokenizer))
-            ids = r.new_ids.tolist()
-            rep.append(repeated_4gram_share(ids))
-            lengths.append(len(ids))
-            if "answer" in row:
-                right.append(boxed(tokenizer.decode(ids)) == row["answer"])
-        out[domain] = {"prompts": len(rows), "repeated_4gram_share": sum(rep) / len(rep),
-                       "mean_new_tokens": sum(lengths) / len(lengths),
-                       "accuracy": sum(right) / len(right) if right else None}
-    return out
-
-
-def _conversation_text_plain(example: dict) -> str:
-    """Conversation text for BPE training (the special tokens are added by the trainer)."""
-    return "".join(f"{m['role']}\n{m['content']}\n" for m in example["messages"])
-
-
-if __name__ == "__main__":
-    p = argparse.ArgumentParser(description="Train the tiny Qwen3 target and its tokenizer.")
-    p.add_argument("--out", default=str(TINY_TARGET_DIR))
-    p.add_argument("--steps", type=int, default=1800)
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--seq-len", type=int, default=256)
-    p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--eval", action="store_true", help="only evaluate the shipped target")
-    a = p.parse_args()
-    if a.eval:
-        print(json.dumps(evaluate_target(), indent=1))
-    else:
-        print(json.dumps(train_target(a.out, a.steps, a.batch_size, a.seq_len, a.lr, a.seed), indent=1))

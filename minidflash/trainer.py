@@ -14,76 +14,61 @@
 5. The target's embedding and lm_head are shared and frozen; only the drafter trains (AdamW,
    warmup, cosine decay to a floor, gradient clipping).
 
-Run: ``python -m minidflash.trainer --help`` (data/README.md records the shipped run).
+Run: ``python -m minidflash train --help`` (``tools/train_drafter.py``; data/README.md records
+the shipped run).
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
-import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from . import corpus
-from .drafter import DFlashDrafter, default_backend, make_drafter_config, target_features
-from .target import chat_ids, load_target, stop_ids
-
-ROOT = Path(__file__).resolve().parent.parent
-CACHE_DIR = ROOT / "cache"
-GAMMA = {16: 7.0, 10: 5.0, 8: 4.0}  # paper: loss decay per training block size
+from .attention import check_backend, default_backend
+from .config import (CACHE_DIR, PAPER, TINY_ANCHORS_PER_SEQ, TINY_DRAFTER_DIR, TINY_NUM_FEATURES,
+                     TINY_NUM_LAYERS, gamma_for)
+from .drafter import DFlashDrafter, make_drafter_config, target_features
+from .target import chat_ids, stop_ids
 
 
 @dataclass
 class TrainConfig:
+    """The recipe's knobs; defaults are the paper's (config.PAPER) or, where a CPU needs smaller,
+    the tiny target's (config.TINY_*)."""
     # drafter shape
-    num_layers: int = 1
-    block_size: int = 16
-    num_features: int = 3            # L_f target layers, evenly spaced (drafter.default_target_layer_ids)
+    num_layers: int = TINY_NUM_LAYERS
+    block_size: int = PAPER.block_size
+    num_features: int = TINY_NUM_FEATURES   # L_f target layers, evenly spaced
     target_layer_ids: list | None = None
-    use_target_features: bool = True  # False: ablation "no target features" (context zeroed)
-    # data
-    n_arithmetic: int = 4000
-    n_code: int = 1000
-    max_new_tokens: int = 256
-    features: str = "online"          # "online": target forward every step; "offline": cached
+    use_target_features: bool = True        # False: ablation "no target features" (context zeroed)
+    features: str = "online"                # "online": target forward every step; "offline": cached
     # recipe
-    anchors_per_seq: int = 32         # paper: up to 512
-    random_anchors: bool = True       # False: ablation "uniform blocks" (fixed stride from the start)
-    gamma: float | None = None        # None: the paper's value for block_size; 0: no decay
+    anchors_per_seq: int = TINY_ANCHORS_PER_SEQ
+    random_anchors: bool = True             # False: ablation "uniform blocks" (fixed stride)
+    gamma: float | None = None              # None: the paper's value for block_size; 0: no decay
     steps: int = 2000
     batch_size: int = 8
-    lr: float = 6e-4
-    warmup_ratio: float = 0.04
+    lr: float = PAPER.lr
+    warmup_ratio: float = PAPER.warmup_ratio
     min_lr_ratio: float = 0.1
     weight_decay: float = 0.0
-    grad_clip: float = 1.0
+    grad_clip: float = PAPER.grad_clip
     seed: int = 0
-    backend: str | None = None        # attention: "sdpa" | "triton"; None = per device
+    backend: str | None = None              # attention: "sdpa" | "triton"; None = per device
     eval_every: int = 200
-    out: str = str(ROOT / "data" / "drafter")
-    extra: dict = field(default_factory=dict)
+    out: str = str(TINY_DRAFTER_DIR)
 
 
 # --------------------------------------------------------------------------------------------
 # 1. Target-regenerated data
 # --------------------------------------------------------------------------------------------
-
-def training_prompts(n_arithmetic: int, n_code: int, seed: int = 0) -> list[dict]:
-    """Training-split prompts of both domains (never the held-out ones)."""
-    held = {r["messages"][0]["content"] for r in corpus.held_out_arithmetic()}
-    arith = corpus.arithmetic_examples(n_arithmetic, seed=seed + 100, exclude=held)
-    code, _ = corpus.code_examples()
-    random.Random(seed).shuffle(code)
-    return [corpus.as_prompt(e) for e in arith + code[:n_code]]
-
 
 @torch.no_grad()
 def regenerate(target, tokenizer, prompts: list[dict], max_new_tokens: int = 256,
@@ -113,16 +98,17 @@ def regenerate(target, tokenizer, prompts: list[dict], max_new_tokens: int = 256
     return out
 
 
-def cached_regeneration(target, tokenizer, cfg: TrainConfig) -> list[dict]:
-    """regenerate(), cached in cache/ under a key of everything it depends on."""
+def cached_regeneration(target, tokenizer, prompts: list[dict], max_new_tokens: int = 256,
+                        progress: bool = True) -> list[dict]:
+    """regenerate(), cached in cache/ under a key of everything it depends on (the prompts, the
+    answer length and the target's weights)."""
     weights = next(target.parameters())
-    key = hashlib.sha1(json.dumps([cfg.n_arithmetic, cfg.n_code, cfg.max_new_tokens, cfg.seed,
-                                   float(weights.double().sum())]).encode()).hexdigest()[:12]
+    key = hashlib.sha1(json.dumps([prompts, max_new_tokens, float(weights.double().sum())],
+                                  sort_keys=True).encode()).hexdigest()[:12]
     path = CACHE_DIR / f"regen-{key}.pt"
     if path.exists():
         return torch.load(path)
-    data = regenerate(target, tokenizer, training_prompts(cfg.n_arithmetic, cfg.n_code, cfg.seed),
-                      cfg.max_new_tokens)
+    data = regenerate(target, tokenizer, prompts, max_new_tokens, progress=progress)
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(data, path.with_suffix(".tmp"))
     path.with_suffix(".tmp").replace(path)
@@ -234,27 +220,25 @@ def features_of(target, ids, layer_ids):
 # 5. The loop
 # --------------------------------------------------------------------------------------------
 
-def train(cfg: TrainConfig, target=None, tokenizer=None, data=None, progress=True) -> dict:
-    """Train a drafter for the (tiny, by default) target; save it to cfg.out with its history.
+def train(cfg: TrainConfig, target, tokenizer, data: list[dict], progress=True,
+          info: dict | None = None) -> dict:
+    """Train a drafter for the target on regenerated ``data``; save it to cfg.out with its history.
 
-    Resumes from ``<out>.ckpt/`` when a checkpoint of the same config is there.
+    Resumes from ``<out>.ckpt/`` when a checkpoint of the same config is there. ``info`` is
+    recorded in training.json beside the run's own figures (e.g. where the prompts came from).
     """
     torch.manual_seed(cfg.seed)
-    if target is None:
-        target, tokenizer = load_target()
-    if data is None:
-        data = cached_regeneration(target, tokenizer, cfg)
     data = [d for d in data if len(d["ids"]) - d["response_start"] >= cfg.block_size]
-    mask_id = tokenizer.convert_tokens_to_ids("<|MASK|>")
+    mask_id = tokenizer.convert_tokens_to_ids(PAPER.mask_token)
     dcfg = make_drafter_config(target.config, num_hidden_layers=cfg.num_layers,
                                block_size=cfg.block_size, mask_token_id=mask_id,
                                target_layer_ids=cfg.target_layer_ids,
                                num_features=cfg.num_features)
     drafter = DFlashDrafter(dcfg)
-    drafter.backend = cfg.backend or default_backend(next(target.parameters()).device)
+    drafter.backend = check_backend(cfg.backend or default_backend(next(target.parameters()).device))
     drafter.train()
     layer_ids = drafter.target_layer_ids
-    gamma = GAMMA.get(cfg.block_size, 7.0) if cfg.gamma is None else cfg.gamma
+    gamma = gamma_for(cfg.block_size) if cfg.gamma is None else cfg.gamma
     weights = loss_weights(cfg.block_size, gamma)
 
     offline = None
@@ -322,7 +306,7 @@ def train(cfg: TrainConfig, target=None, tokenizer=None, data=None, progress=Tru
             (ckpt / "state.tmp").replace(ckpt / "state.pt")
     drafter.eval().requires_grad_(False)
     drafter.save_pretrained(cfg.out)
-    info = {"config": asdict(cfg), "wall_s": round(time.time() - t0, 1), "sequences": len(data),
+    info = {**(info or {}), "config": asdict(cfg), "wall_s": round(time.time() - t0, 1), "sequences": len(data),
             "final_loss": history["loss"][-1] if history["loss"] else None,
             "final_tau_train_anchors": sum(history["tau"][-50:]) / max(1, len(history["tau"][-50:]))}
     Path(cfg.out, "training.json").write_text(json.dumps({"info": info, "history": history}))
@@ -344,28 +328,3 @@ def plot_history(history: dict, path: Path) -> None:
     b.set(xlabel="step", ylabel="tau at training anchors", title="acceptance at random anchors")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-
-
-def main(argv=None):
-    p = argparse.ArgumentParser(description="Train a DFlash drafter for the tiny target.")
-    for f, default in asdict(TrainConfig()).items():
-        if f == "extra":
-            continue
-        kind = type(default) if default is not None else str
-        if kind is bool:
-            p.add_argument(f"--{f.replace('_', '-')}", type=lambda s: s.lower() in ("1", "true", "yes"),
-                           default=default)
-        elif f == "target_layer_ids":
-            p.add_argument("--target-layer-ids", type=lambda s: [int(x) for x in s.split(",")], default=None)
-        elif f == "gamma":
-            p.add_argument("--gamma", type=float, default=None)
-        elif f == "backend":
-            p.add_argument("--backend", choices=["sdpa", "triton"], default=None)
-        else:
-            p.add_argument(f"--{f.replace('_', '-')}", type=kind, default=default)
-    cfg = TrainConfig(**vars(p.parse_args(argv)))
-    print(json.dumps(train(cfg)["info"], indent=1))
-
-
-if __name__ == "__main__":
-    main()

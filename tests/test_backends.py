@@ -5,7 +5,8 @@ On a CPU the "triton" backend runs the kernel through Triton's interpreter (conf
 import torch
 
 from minidflash import trainer
-from minidflash.drafter import default_backend, target_features
+from minidflash.attention import default_backend
+from minidflash.drafter import target_features
 from tests.helpers import random_drafter, tiny_target
 
 

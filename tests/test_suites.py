@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from minidflash.suites import HUMANEVAL_TEMPLATE, MATH_SUFFIX, PROMPTS_DIR
+from minidflash.config import PROMPTS_DIR
+from minidflash.tools.suites import HUMANEVAL_TEMPLATE, MATH_SUFFIX
 
 COUNTS = {"humaneval": 164, "mtbench": 80, "gsm8k": 100, "math500": 311}
 

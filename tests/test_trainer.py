@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-import minidflash.drafter as drafter_mod
 import minidflash.mask as mask_mod
 from minidflash import trainer
+from minidflash.config import PAPER, gamma_for
 from minidflash.drafter import target_features
 from minidflash.mask import block_mask
 from tests.helpers import random_drafter, tiny_target
@@ -106,12 +106,13 @@ def test_bug_context_visible_at_anchor_is_caught(setup, monkeypatch):
 def test_bug_causal_instead_of_bidirectional_block_is_caught(setup, monkeypatch):
     """Bug: a causal mask inside the block (block diffusion is bidirectional within a block)."""
     def causal(anchors, num_context, block_size):
-        m = block_mask(anchors, num_context, block_size).clone()
+        m = correct_block_mask(anchors, num_context, block_size).clone()
         slot = torch.arange(m.shape[0]) % block_size
         ks = torch.arange(m.shape[1] - num_context) % block_size
         m[:, num_context:] &= ks[None, :] <= slot[:, None]
         return m
-    monkeypatch.setattr(drafter_mod, "block_mask", causal)
+    correct_block_mask = mask_mod.block_mask
+    monkeypatch.setattr(mask_mod, "block_mask", causal)
     assert max_gap(setup) > 1e-3
 
 
@@ -156,7 +157,8 @@ def test_loss_weights_follow_paper():
     w = trainer.loss_weights(16, 7.0)
     assert w[0] == 0 and w[1] == 1 and math.isclose(w[8].item(), math.exp(-1), rel_tol=1e-6)
     assert trainer.loss_weights(16, 0).tolist() == [0.0] + [1.0] * 15
-    assert trainer.GAMMA == {16: 7.0, 10: 5.0, 8: 4.0}
+    assert PAPER.gamma == {16: 7.0, 10: 5.0, 8: 4.0}
+    assert [gamma_for(b) for b in (16, 10, 8)] == [7.0, 5.0, 4.0]
 
 
 def test_short_training_run_learns_and_resumes(tmp_path):
@@ -176,10 +178,10 @@ def test_short_training_run_learns_and_resumes(tmp_path):
         data.append({"ids": ids, "response_start": 6})
     cfg = trainer.TrainConfig(num_layers=1, block_size=8, anchors_per_seq=8, steps=60,
                               batch_size=4, lr=3e-3, eval_every=30, out=str(tmp_path / "d"))
-    out = trainer.train(cfg, target=target, tokenizer=Tok(), data=data, progress=False)
+    out = trainer.train(cfg, target, Tok(), data, progress=False)
     h = out["history"]["loss"]
     assert sum(h[-10:]) / 10 < 0.8 * sum(h[:10]) / 10
     assert (tmp_path / "d" / "model.safetensors").exists()
     # the checkpoint holds step 60 with the same config: a rerun resumes and trains nothing new
-    again = trainer.train(cfg, target=target, tokenizer=Tok(), data=data, progress=False)
+    again = trainer.train(cfg, target, Tok(), data, progress=False)
     assert again["history"]["loss"] == h

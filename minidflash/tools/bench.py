@@ -18,58 +18,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
+from ..config import PROMPTS_DIR
+from ..drafter import load_drafter
+from ..target import chat_ids, load_target, stop_ids
+from ..verifier import cache_kwargs, crop_cache, speculative_generate
 from . import corpus
-from .drafter import load_drafter
-from .target import PROMPTS_DIR, chat_ids, load_target, stop_ids
-from .verifier import speculative_generate
-
-
-def repeated_4gram_share(ids: list[int]) -> float:
-    """Share of the 4-grams of a response that already occurred earlier in it."""
-    seen, rep, grams = set(), 0, [tuple(ids[i:i + 4]) for i in range(len(ids) - 3)]
-    for g in grams:
-        rep += g in seen
-        seen.add(g)
-    return rep / max(1, len(grams))
-
-
-def boxed(text: str) -> str | None:
-    m = re.findall(r"\\boxed\{([^{}]*)\}", text)
-    return m[-1].strip() if m else None
-
-
-def humaneval_passes(row: dict, completion: str, timeout: float = 5.0) -> bool:
-    """Run a HumanEval problem's tests on the code in a completion, in a subprocess."""
-    code = re.findall(r"```(?:python)?\n(.*?)```", completion, re.S)
-    program = (code[0] if code else completion) + "\n\n" + row["test"] + f"\ncheck({row['entry_point']})\n"
-    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
-        f.write(program)
-    try:
-        r = subprocess.run([sys.executable, f.name], capture_output=True, timeout=timeout)
-        return r.returncode == 0
-    except subprocess.TimeoutExpired:
-        return False
-    finally:
-        Path(f.name).unlink(missing_ok=True)
-
-
-def correct(row: dict, text: str) -> bool | None:
-    """True/False where the suite is checkable, None where it is not."""
-    if "answer" in row:
-        return boxed(text) == str(row["answer"]).strip()
-    if "test" in row and "entry_point" in row:
-        return humaneval_passes(row, text)
-    return None
+from .metrics import correct, repeated_4gram_share
 
 
 def run_suite(target, tokenizer, drafter, rows, block_sizes, max_new_tokens, temperature,
@@ -150,7 +111,6 @@ def plot(results: dict, path: Path) -> None:
 def step_times(target, drafter, context: int = 512, repeats: int = 20) -> dict:
     """Median milliseconds of the pieces of a step: a prefill of `context` tokens, a plain
     decode step, a verify pass over B tokens, and one drafter call for a block of B."""
-    from .verifier import cache_kwargs, crop_cache
     from transformers import DynamicCache
 
     def median_ms(fn):
@@ -195,7 +155,8 @@ def main(argv=None) -> dict:
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--target", default=None)
     p.add_argument("--drafter", default=None)
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads (default 1: timings on a shared machine swing less)")
     p.add_argument("--json", default=None, help="write the figures here (and a .png beside it)")
     p.add_argument("--step-times", action="store_true",
                    help="only time prefill / decode / verify / draft steps (context 512)")

@@ -1,6 +1,6 @@
 """Numerical parity of our drafter and decode loop with the authors' reference implementation.
 
-    python -m minidflash.parity --reference /path/to/checkout   # a folder holding dflash/
+    python -m minidflash parity --reference /path/to/checkout   # a folder holding dflash/
 
 A random fp32 Qwen3 target and a drafter with random weights (RMSNorm gains too, so a misplaced
 norm cannot hide behind a gain of 1) are shared: our ``save_pretrained`` writes the drafter in
@@ -35,8 +35,8 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, Qwen3Config, Qwen3ForCausalLM
 
-from .drafter import DFlashDrafter, load_drafter, make_drafter_config, target_features
-from .verifier import speculative_generate
+from ..drafter import DFlashDrafter, load_drafter, make_drafter_config, target_features
+from ..verifier import speculative_generate
 
 TOLERANCE = 1e-5
 
@@ -164,7 +164,8 @@ def compare_generate(ref, target, ours, theirs, prompt, max_new_tokens, block_si
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m minidflash parity",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("--reference", type=Path, required=True,
                         help="a checkout of the reference implementation (holds dflash/)")
     parser.add_argument("--attention", choices=("sdpa", "eager"), default="sdpa",

@@ -1,4 +1,4 @@
-"""The paper's ablations (section 5) at tiny scale.
+"""The paper's ablations (paper section 5) at tiny scale (a tool).
 
 Each variant is a drafter trained with the same budget (steps, data, seed) as the baseline,
 changing one thing; each is then decoded on held-out arithmetic prompts (greedy, tau and
@@ -7,7 +7,7 @@ random anchors vs uniform blocks tau 5.64 vs 4.94; 3 / 5 / 8 drafter layers tau 
 6.33; no target features tau 4.61. Here every variant gets the same small budget, so the
 figures compare variants with each other, not with the shipped drafter.
 
-``python -m minidflash.ablations --steps 400 --out data/results/ablations.json`` (resumable: finished
+``python -m minidflash ablations --steps 400 --out data/results/ablations.json`` (resumable: finished
 variants are kept in the results file and skipped).
 """
 
@@ -19,10 +19,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from ..config import CACHE_DIR, PROMPTS_DIR
+from ..target import load_target
+from ..trainer import TrainConfig, train
 from . import corpus
 from .bench import run_suite
-from .target import PROMPTS_DIR, load_target
-from .trainer import CACHE_DIR, TrainConfig, cached_regeneration, train
+from .train_drafter import tiny_training_data
 
 # name -> (what changes, test block sizes)
 VARIANTS = {
@@ -38,7 +40,7 @@ VARIANTS = {
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m minidflash ablations", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--lr", type=float, default=1.5e-3)
@@ -50,7 +52,7 @@ def main(argv=None):
     results = json.loads(out.read_text()) if out.exists() else {"steps": a.steps, "batch_size": a.batch_size, "lr": a.lr, "n": a.n, "variants": {}}
     target, tokenizer = load_target()
     base = TrainConfig(steps=a.steps, eval_every=a.steps, batch_size=a.batch_size, lr=a.lr)
-    data = cached_regeneration(target, tokenizer, base)
+    data = tiny_training_data(target, tokenizer, seed=base.seed)
     rows = corpus.read_jsonl(PROMPTS_DIR / "arithmetic.jsonl")[: a.n]
     for name, (change, test_sizes) in VARIANTS.items():
         if name in results["variants"] or (a.only and not any(s in name for s in a.only)):

@@ -1,6 +1,6 @@
 """Benchmark the block-attention kernel against stock attention (paper section 4.2 sizes; a GPU).
 
-    python -m minidflash.bench_kernel [--out data/results/kernel_bench.json]
+    python -m minidflash bench-kernel [--out data/results/kernel_bench.json]
 
 Two cases, the shapes of the published 8B drafter's attention (32 query heads, 8 key-value
 heads, head dim 128, bf16):
@@ -73,12 +73,12 @@ def methods_for(q, k, v, anchors, S, B, inference, device):
     """name -> function(q, k, v) -> out, every mask built here, once."""
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    from .kernel import _dense_mask, block_attention
-    from .mask import visible
+    from ..kernel import block_attention
+    from ..mask import dense_mask, visible
 
     N, Hq, nB, D = q.shape
     group = Hq // k.shape[1]
-    dense = _dense_mask(anchors, S, B)                                   # (N, 1, n*B, S+n*B)
+    dense = dense_mask(anchors, S, B)                                   # (N, 1, n*B, S+n*B)
 
     def mask_mod(b, h, q_idx, kv_idx):                                    # the same rule, per score
         q_block = q_idx // B
@@ -101,7 +101,7 @@ def methods_for(q, k, v, anchors, S, B, inference, device):
 
 
 def run_case(name, shape, dtype, device, passes):
-    from .mask import block_mask
+    from ..mask import block_mask
 
     inference = name == "inference"
     q, k, v, anchors = make_case(**shape, dtype=dtype, device=device, inference=inference)
@@ -183,7 +183,8 @@ def plot(rows, path):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m minidflash bench-kernel",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=None,
                         help="default data/results/kernel_bench.json (GPU) or "
                              "/tmp/kernel_bench_smoke.json (--cpu-smoke, never a real result)")
@@ -200,7 +201,7 @@ def main(argv=None) -> int:
         print("bench_kernel: no CUDA device, nothing to time. This benchmark needs a GPU; "
               "on a CPU, `--cpu-smoke` checks that the script runs (timings meaningless).")
         return 0
-    from . import kernel
+    from .. import kernel
     if args.cpu_smoke and not kernel._interpreting():
         print("bench_kernel: minidflash.kernel was imported before TRITON_INTERPRET was set")
         return 1
