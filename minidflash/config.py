@@ -45,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT / "data"
 TINY_TARGET_DIR = DATA_DIR / "target"
 TINY_DRAFTER_DIR = DATA_DIR / "drafter"
+TINY_AR_DRAFTER_DIR = DATA_DIR / "ar_drafter"     # the EAGLE-3-style rival, same budget
 PROMPTS_DIR = DATA_DIR / "prompts"
 RESULTS_DIR = DATA_DIR / "results"
 CACHE_DIR = ROOT / "cache"            # regenerated training data (not shipped)

@@ -197,11 +197,13 @@ class DFlashDrafter(nn.Module):
 
     @torch.inference_mode()
     def draft(self, target, last_token: torch.Tensor, target_hidden: torch.Tensor,
-              start: int, cache, block_size: int | None = None) -> torch.Tensor:
+              start: int, cache, block_size: int | None = None, context_ids=None) -> torch.Tensor:
         """Greedy block draft: ids (N, B-1) for slots 1..B-1 after last_token (N,) at start.
 
         target_hidden (N, C, L_f*H) holds the features of the C committed tokens that the cache
-        has not seen yet (positions start - C .. start - 1).
+        has not seen yet (positions start - C .. start - 1). context_ids, those tokens, is
+        unused: the block drafter reads the context through its features only (an
+        autoregressive drafter, ``ar_drafter.py``, also embeds them).
         """
         B = block_size or self.block_size
         N, C = target_hidden.shape[:2]
@@ -300,7 +302,8 @@ def check_fits(drafter: DFlashDrafter, target) -> None:
                          f"{tc.hidden_size}: the drafter reads the target's embeddings and features, "
                          f"so it must be trained for this target.")
     vocab = target.get_input_embeddings().weight.shape[0]
-    if drafter.mask_token_id is None or not 0 <= drafter.mask_token_id < vocab:
+    needs_mask = isinstance(drafter, DFlashDrafter)          # an AR drafter has no mask token
+    if needs_mask and (drafter.mask_token_id is None or not 0 <= drafter.mask_token_id < vocab):
         raise ValueError(f"mask_token_id {drafter.mask_token_id} is outside the target's vocabulary "
                          f"(0..{vocab - 1}); set dflash_config.mask_token_id to the id of the "
                          f"target tokenizer's {PAPER.mask_token} token.")

@@ -34,7 +34,8 @@ from tqdm.auto import tqdm
 from .attention import check_backend, default_backend
 from .config import (CACHE_DIR, PAPER, TINY_ANCHORS_PER_SEQ, TINY_DRAFTER_DIR, TINY_NUM_FEATURES,
                      TINY_NUM_LAYERS, gamma_for)
-from .drafter import DFlashDrafter, make_drafter_config, target_features
+from .ar_drafter import TTT_DECAY, ARDrafter, make_ar_config
+from .drafter import DFlashDrafter, default_target_layer_ids, make_drafter_config, target_features
 from .target import chat_ids, stop_ids
 
 
@@ -43,6 +44,8 @@ class TrainConfig:
     """The recipe's knobs; defaults are the paper's (config.PAPER) or, where a CPU needs smaller,
     the tiny target's (config.TINY_*)."""
     # drafter shape
+    drafter: str = "dflash"                 # "dflash" | "ar" (the EAGLE-3-style rival, ar_drafter.py)
+    ttt_steps: int = 4                      # "ar": steps unrolled in training (training-time test)
     num_layers: int = TINY_NUM_LAYERS
     block_size: int = PAPER.block_size
     num_features: int = TINY_NUM_FEATURES   # L_f target layers, evenly spaced
@@ -193,20 +196,46 @@ def drafter_loss(logits, labels, weights, valid):
 
 
 def make_batch(data: list[dict], idx: list[int], cfg: TrainConfig, pad: int, gen):
-    """Pad sequences to the batch's longest and draw anchors: ids (N,S), anchors (N,n), valid (N,n)."""
+    """Pad sequences to the batch's longest and draw anchors: ids (N,S), anchors (N,n), valid
+    (N,n), and in_response (N,S), True at the response's positions (the AR drafter's labels)."""
     B, n = cfg.block_size, cfg.anchors_per_seq
     S = max(len(data[i]["ids"]) for i in idx)
     ids = torch.full((len(idx), S), pad, dtype=torch.long)
     anchors = torch.zeros(len(idx), n, dtype=torch.long)
     valid = torch.zeros(len(idx), n)
+    in_response = torch.zeros(len(idx), S, dtype=torch.bool)
     for r, i in enumerate(idx):
         seq = data[i]["ids"]
         ids[r, :len(seq)] = seq
+        in_response[r, data[i]["response_start"]:len(seq)] = True
         a = sample_anchors(data[i]["response_start"], len(seq), B, n, gen, cfg.random_anchors)
         anchors[r, :len(a)] = a
         anchors[r, len(a):] = a[-1] if len(a) else 0   # padding blocks, weight 0
         valid[r, :len(a)] = 1
-    return ids, anchors, valid
+    return ids, anchors, valid, in_response
+
+
+def ar_loss(drafter: ARDrafter, target, ids, hidden, in_response, ttt_steps: int):
+    """EAGLE-3's training-time-test loss: sum_j 0.8^j CE(step j, x_{t+2+j}) over response labels.
+
+    Also the acceptance this would give: at each row, 1 + the number of leading steps right.
+    """
+    logits = drafter.unrolled_logits(target, ids, hidden, ttt_steps)          # [(N, S-2-j, V)]
+    loss, total, right = 0.0, 0.0, []
+    for j, lg in enumerate(logits):
+        labels = ids[:, 2 + j:2 + j + lg.shape[1]]                             # (N, S-2-j)
+        mask = in_response[:, 2 + j:2 + j + lg.shape[1]].float()
+        ce = F.cross_entropy(lg.flatten(0, 1).float(), labels.flatten(), reduction="none")
+        loss = loss + TTT_DECAY ** j * (ce * mask.flatten()).sum() / mask.sum().clamp(min=1)
+        total += TTT_DECAY ** j
+        right.append(lg.argmax(-1) == labels)
+    with torch.no_grad():
+        rows = right[-1].shape[1]
+        leading = torch.stack([r[:, :rows] for r in right], -1).long().cumprod(-1).sum(-1) + 1
+        keep = in_response[:, 2:2 + rows].float()
+        tau = (leading * keep).sum() / keep.sum().clamp(min=1)
+        acc = (right[0] * in_response[:, 2:2 + right[0].shape[1]]).sum() / in_response[:, 2:].sum().clamp(min=1)
+    return loss / total, {"tau": float(tau), "acc": float(acc)}
 
 
 @torch.no_grad()
@@ -230,12 +259,19 @@ def train(cfg: TrainConfig, target, tokenizer, data: list[dict], progress=True,
     torch.manual_seed(cfg.seed)
     data = [d for d in data if len(d["ids"]) - d["response_start"] >= cfg.block_size]
     mask_id = tokenizer.convert_tokens_to_ids(PAPER.mask_token)
-    dcfg = make_drafter_config(target.config, num_hidden_layers=cfg.num_layers,
-                               block_size=cfg.block_size, mask_token_id=mask_id,
-                               target_layer_ids=cfg.target_layer_ids,
-                               num_features=cfg.num_features)
-    drafter = DFlashDrafter(dcfg)
-    drafter.backend = check_backend(cfg.backend or default_backend(next(target.parameters()).device))
+    if cfg.drafter == "ar":     # one EAGLE-3 layer reading the same target layers
+        drafter = ARDrafter(make_ar_config(target.config, cfg.target_layer_ids or
+                                           default_target_layer_ids(target.config.num_hidden_layers,
+                                                                    cfg.num_features)))
+    elif cfg.drafter == "dflash":
+        dcfg = make_drafter_config(target.config, num_hidden_layers=cfg.num_layers,
+                                   block_size=cfg.block_size, mask_token_id=mask_id,
+                                   target_layer_ids=cfg.target_layer_ids,
+                                   num_features=cfg.num_features)
+        drafter = DFlashDrafter(dcfg)
+        drafter.backend = check_backend(cfg.backend or default_backend(next(target.parameters()).device))
+    else:
+        raise ValueError(f"TrainConfig.drafter {cfg.drafter!r} is not 'dflash' or 'ar'")
     drafter.train()
     layer_ids = drafter.target_layer_ids
     gamma = gamma_for(cfg.block_size) if cfg.gamma is None else cfg.gamma
@@ -276,7 +312,7 @@ def train(cfg: TrainConfig, target, tokenizer, data: list[dict], progress=True,
             epoch_pos = 0
         idx = order[epoch_pos:epoch_pos + cfg.batch_size]
         epoch_pos += cfg.batch_size
-        ids, anchors, valid = make_batch(data, idx, cfg, tokenizer.pad_token_id, gen)
+        ids, anchors, valid, in_response = make_batch(data, idx, cfg, tokenizer.pad_token_id, gen)
         if offline is not None:
             hidden = torch.zeros(len(idx), ids.shape[1], offline[0].shape[-1])
             for r, i in enumerate(idx):
@@ -285,9 +321,12 @@ def train(cfg: TrainConfig, target, tokenizer, data: list[dict], progress=True,
             hidden = features_of(target, ids, layer_ids)
         if not cfg.use_target_features:
             hidden = torch.zeros_like(hidden)
-        logits = drafter_logits(drafter, target, ids, hidden, anchors)
-        labels = block_labels(ids, anchors, cfg.block_size)
-        loss, stats = drafter_loss(logits, labels, weights, valid)
+        if cfg.drafter == "ar":
+            loss, stats = ar_loss(drafter, target, ids, hidden, in_response, cfg.ttt_steps)
+        else:
+            logits = drafter_logits(drafter, target, ids, hidden, anchors)
+            labels = block_labels(ids, anchors, cfg.block_size)
+            loss, stats = drafter_loss(logits, labels, weights, valid)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(drafter.parameters(), cfg.grad_clip)

@@ -168,6 +168,7 @@ def speculative_generate(target, drafter: DFlashDrafter | None, input_ids: torch
     new = [int(token)]
     drafted, lengths, steps = [False], [], []
     draft_time = verify_time = 0.0
+    context_ids = input_ids                       # the tokens whose features are in `hidden`
     start = input_ids.shape[1]                    # position of `token`, the block's slot 0
     done = new[0] in stops
     while len(new) < max_new_tokens and not done:
@@ -175,7 +176,8 @@ def speculative_generate(target, drafter: DFlashDrafter | None, input_ids: torch
         ts = time.perf_counter()
         block = token.view(1, 1)
         if B > 1:
-            guess = drafter.draft(target, token, hidden, start, draft_cache, B)  # (1, B-1)
+            guess = drafter.draft(target, token, hidden, start, draft_cache, B,
+                                  context_ids=context_ids)                     # (1, B-1)
             block = torch.cat([block, guess], dim=1)                           # (1, B)
         tv = time.perf_counter()
         # 3. Verify the whole block in one target pass.
@@ -201,6 +203,7 @@ def speculative_generate(target, drafter: DFlashDrafter | None, input_ids: torch
         crop_cache(cache, start)                          # keep t, d_1..d_a; the bonus is not fed yet
         if B > 1:
             hidden = target_features(out.hidden_states, layer_ids)[:, :a + 1]
+            context_ids = block[:, :a + 1]
         draft_time += tv - ts
         verify_time += te - tv
 

@@ -43,7 +43,7 @@ class OracleDrafter(DFlashDrafter):
         self.reference, self.p_wrong = reference[0], p_wrong
         self.rng = torch.Generator().manual_seed(seed)
 
-    def draft(self, target, last_token, target_hidden, start, cache, block_size=None):
+    def draft(self, target, last_token, target_hidden, start, cache, block_size=None, context_ids=None):
         guess = super().draft(target, last_token, target_hidden, start, cache, block_size)
         B = guess.shape[1] + 1
         truth = self.reference[start + 1:start + B]

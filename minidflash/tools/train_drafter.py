@@ -1,7 +1,7 @@
 """Train a drafter for the tiny target: its training prompts, regenerated, then the recipe.
 
-``python -m minidflash train --num-layers 1 --steps 3000 --lr 1.5e-3`` made the shipped drafter
-(data/README.md). The prompts are the training split of both domains of ``corpus``: never a
+``python -m minidflash train --num-layers 1 --steps 3000 --lr 1.5e-3`` made the shipped drafter,
+``... --drafter ar`` with the same budget the shipped autoregressive rival (data/README.md). The prompts are the training split of both domains of ``corpus``: never a
 held-out prompt (``tests/test_suites.py`` checks it).
 """
 
@@ -12,6 +12,7 @@ import json
 import random
 from dataclasses import asdict, fields
 
+from ..config import TINY_AR_DRAFTER_DIR, TINY_DRAFTER_DIR
 from ..target import load_target
 from ..trainer import TrainConfig, cached_regeneration, train
 from . import corpus
@@ -47,6 +48,12 @@ def config_parser(prog: str, description: str) -> argparse.ArgumentParser:
             p.add_argument(flag, type=float, default=None)
         elif f.name == "backend":
             p.add_argument(flag, choices=["sdpa", "triton"], default=None)
+        elif f.name == "drafter":
+            p.add_argument(flag, choices=["dflash", "ar"], default=default,
+                           help="dflash: the block drafter; ar: the EAGLE-3-style rival")
+        elif f.name == "out":
+            p.add_argument(flag, default=None,
+                           help=f"default {TINY_DRAFTER_DIR} (dflash) or {TINY_AR_DRAFTER_DIR} (ar)")
         else:
             p.add_argument(flag, type=type(default), default=default)
     p.add_argument("--n-arithmetic", type=int, default=4000, help="arithmetic training prompts")
@@ -65,6 +72,8 @@ def main(argv=None) -> dict:
     threads = args.pop("threads")
     if threads:
         torch.set_num_threads(threads)
+    if args["out"] is None:
+        args["out"] = str(TINY_AR_DRAFTER_DIR if args["drafter"] == "ar" else TINY_DRAFTER_DIR)
     cfg = TrainConfig(**args)
     target, tokenizer = load_target()
     data = tiny_training_data(target, tokenizer, seed=cfg.seed, **data_args)

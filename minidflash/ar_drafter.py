@@ -1,0 +1,262 @@
+r"""The rival: an autoregressive drafter in the style of EAGLE-3 (Li et al., arXiv 2503.01840).
+
+DFlash drafts a block in one pass. EAGLE-3 drafts ONE token per pass and feeds its own hidden
+state forward, so k drafted tokens cost k drafter passes (EAGLE-3 section 3; DFlash paper
+figure 3 measures exactly this). What is followed here, and what is simplified:
+
+1. Features (EAGLE-3 section 3.2). Three target layers, low / middle / high, concatenated and
+   fused by one linear layer: ``g_t = W_fc [h_t^(l_1) ; h_t^(l_2) ; h_t^(l_3)]``, W_fc (H, 3H).
+   Here the layers are the DFlash drafter's (``default_target_layer_ids``), so both drafters
+   read the same features.
+2. One decoder layer whose input at row t is ``[RMSNorm(embed(x_{t+1})) ; RMSNorm(g_t)]`` (2H):
+   the q/k/v projections take 2H inputs, the residual stream is g_t, then the usual
+   post-attention norm, SwiGLU MLP and residual. Its output ``h_t`` (before the final norm)
+   stands for the target's feature at t+1; ``lm_head(norm(h_t))`` predicts x_{t+2}.
+3. Chain drafting (simplified from EAGLE-3's dynamic tree): the first draft uses the target's
+   features of the committed context; draft j+1 feeds ``(h, embed(d_j))`` back in, one pass per
+   token, causal attention over the context rows and the chain so far.
+4. Training-time test (EAGLE-3 section 3.3): during training the layer is unrolled for
+   ``ttt_steps`` steps. Step 0 is row t = (g_t, x_{t+1}) -> x_{t+2}; step j feeds step j-1's
+   output at row t with token x_{t+1+j} at position t+j and predicts x_{t+2+j}. A query of step
+   j at row t sees the step-0 keys of rows <= t (the committed context) and its own row's keys
+   of steps 1..j (its own chain): exactly what draft j+1 sees at inference. The loss sums the
+   steps' cross-entropies with weights 0.8^j (EAGLE-3's code).
+
+Simplified: a chain instead of a tree (both drafters are verified by the same chain verifier);
+hard labels from target-regenerated text instead of the target's soft distribution (with
+greedy regenerated data they agree on the argmax); the target's own lm_head instead of a
+reduced draft vocabulary (the tiny target has 4,096 tokens). Like the DFlash drafter it owns no
+embedding and no lm_head.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import DynamicCache, Qwen3Config
+from transformers.models.qwen3.modeling_qwen3 import (Qwen3MLP, Qwen3RMSNorm,
+                                                      Qwen3RotaryEmbedding, rotate_half)
+
+from .drafter import default_target_layer_ids
+
+TTT_DECAY = 0.8          # EAGLE-3's per-step loss weight
+MAX_DRAFT = 16           # longest chain the verifier may ask for (block size 17)
+
+
+def make_ar_config(target_config, target_layer_ids=None, max_draft: int = MAX_DRAFT) -> Qwen3Config:
+    """A one-layer config shaped after the target's (same hidden size, heads and RoPE)."""
+    t = target_config
+    fields = dict(hidden_size=t.hidden_size, intermediate_size=t.intermediate_size,
+                  num_attention_heads=t.num_attention_heads,
+                  num_key_value_heads=t.num_key_value_heads,
+                  head_dim=getattr(t, "head_dim", t.hidden_size // t.num_attention_heads),
+                  rms_norm_eps=t.rms_norm_eps, max_position_embeddings=t.max_position_embeddings,
+                  vocab_size=t.vocab_size, num_hidden_layers=1)
+    rope = getattr(t, "rope_parameters", None)
+    if rope:
+        fields["rope_parameters"] = dict(rope)
+    else:
+        fields["rope_theta"] = getattr(t, "rope_theta", 1e6)
+    config = Qwen3Config(**fields)
+    config.architectures = ["ARDrafter"]
+    config.block_size = max_draft + 1
+    config.num_target_layers = t.num_hidden_layers
+    config.target_layer_ids = list(target_layer_ids or default_target_layer_ids(t.num_hidden_layers, 3))
+    return config
+
+
+def _rope(x, cos, sin):  # x (N, h, T, D), cos/sin (N, T, D)
+    return x * cos.unsqueeze(1) + rotate_half(x) * sin.unsqueeze(1)
+
+
+class ARLayer(nn.Module):
+    """EAGLE-3's decoder layer: attention over [embedding ; feature] (2H in), residual on g."""
+
+    def __init__(self, config: Qwen3Config):
+        super().__init__()
+        H, D = config.hidden_size, config.head_dim
+        self.n_heads, self.n_kv_heads, self.head_dim = (config.num_attention_heads,
+                                                        config.num_key_value_heads, D)
+        self.q_proj = nn.Linear(2 * H, self.n_heads * D, bias=False)
+        self.k_proj = nn.Linear(2 * H, self.n_kv_heads * D, bias=False)
+        self.v_proj = nn.Linear(2 * H, self.n_kv_heads * D, bias=False)
+        self.o_proj = nn.Linear(self.n_heads * D, H, bias=False)
+        self.input_layernorm = Qwen3RMSNorm(H, eps=config.rms_norm_eps)   # on the embedding
+        self.hidden_norm = Qwen3RMSNorm(H, eps=config.rms_norm_eps)       # on the feature g
+        self.post_attention_layernorm = Qwen3RMSNorm(H, eps=config.rms_norm_eps)
+        self.mlp = Qwen3MLP(config)
+
+    def qkv(self, emb, g, cos, sin):
+        """q (N, Hq, T, D), k and v (N, Hkv, T, D) of rows with embeddings emb and features g."""
+        N, T, _ = emb.shape
+        x = torch.cat([self.input_layernorm(emb), self.hidden_norm(g)], -1)   # (N, T, 2H)
+        heads = lambda t, h: t.view(N, T, h, self.head_dim).transpose(1, 2)
+        q = _rope(heads(self.q_proj(x), self.n_heads), cos, sin)
+        k = _rope(heads(self.k_proj(x), self.n_kv_heads), cos, sin)
+        return q, k, heads(self.v_proj(x), self.n_kv_heads)
+
+    def finish(self, attn, g):
+        """attn (N, Hq, T, D) -> the layer's output h (N, T, H), residual stream g."""
+        N, _, T, _ = attn.shape
+        h = g + self.o_proj(attn.transpose(1, 2).reshape(N, T, -1))
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class ARDrafter(nn.Module):
+    """EAGLE-3-style chain drafter with the verifier's drafter interface (``draft``, ``new_cache``)."""
+
+    def __init__(self, config: Qwen3Config):
+        super().__init__()
+        self.config = config
+        self.block_size = int(config.block_size)
+        self.target_layer_ids = list(config.target_layer_ids)
+        self.mask_token_id = None                     # an AR drafter has no mask token
+        H = config.hidden_size
+        self.fc = nn.Linear(len(self.target_layer_ids) * H, H, bias=False)
+        self.midlayer = ARLayer(config)
+        self.norm = Qwen3RMSNorm(H, eps=config.rms_norm_eps)
+        self.rotary_emb = Qwen3RotaryEmbedding(config)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, std=getattr(config, "initializer_range", 0.02))
+
+    def rope(self, x, positions):
+        return self.rotary_emb(x, positions)                                   # cos, sin (N, T, D)
+
+    # ---------------------------------------------------------------------------------------
+    # Training: the unrolled layer (training-time test)
+    # ---------------------------------------------------------------------------------------
+    def unrolled_logits(self, target, ids, features, ttt_steps: int) -> list[torch.Tensor]:
+        """Logits of every unrolled step: a list of ttt_steps tensors (N, S - 2 - j, V).
+
+        ids (N, S) tokens; features (N, S, L_f*H) target features. Step j at row t reads token
+        x_{t+1+j} and predicts x_{t+2+j}, so its labels are ``ids[:, 2 + j:]``; row t of step j
+        exists while that label does (t + 2 + j < S).
+        """
+        N, S = ids.shape
+        embed, lm_head, layer = target.get_input_embeddings(), target.get_output_embeddings(), self.midlayer
+        T = S - 2                                                   # rows t = 0..S-3
+        g = self.fc(features[:, :T])                                # (N, T, H): step 0's stream
+        pos = torch.arange(T, device=ids.device).expand(N, -1)
+        causal = torch.ones(T, T, dtype=torch.bool, device=ids.device).tril()   # rows <= t
+        keys, values, out = [], [], []
+        group = layer.n_heads // layer.n_kv_heads
+        for j in range(ttt_steps):
+            tok = ids[:, 1 + j:S - 1]                               # x_{t+1+j}, (N, T - j)
+            Tj = tok.shape[1]
+            if Tj < 1:
+                break
+            g = g[:, :Tj]
+            cos, sin = self.rope(g, pos[:, :Tj] + j)
+            q, k, v = layer.qkv(embed(tok), g, cos, sin)            # (N, h, Tj, D)
+            keys.append(k.repeat_interleave(group, 1))
+            values.append(v.repeat_interleave(group, 1))
+            scale = layer.head_dim ** -0.5
+            s0 = (q @ keys[0][:, :, :Tj].mT) * scale                # (N, Hq, Tj, Tj): context
+            s0 = s0.masked_fill(~causal[:Tj, :Tj], float("-inf"))
+            diag = [(q * kk[:, :, :Tj]).sum(-1, keepdim=True) * scale for kk in keys[1:]]  # own chain
+            p = torch.softmax(torch.cat([s0, *diag], -1), -1)
+            attn = p[..., :Tj] @ values[0][:, :, :Tj]
+            for i, vv in enumerate(values[1:]):
+                attn = attn + p[..., Tj + i:Tj + i + 1] * vv[:, :, :Tj]
+            g = layer.finish(attn, g)                               # (N, Tj, H): fed to step j+1
+            out.append(lm_head(self.norm(g)))                       # (N, Tj, V)
+        return out
+
+    # ---------------------------------------------------------------------------------------
+    # Inference: chain drafting with a context-only KV cache
+    # ---------------------------------------------------------------------------------------
+    def new_cache(self) -> DynamicCache:
+        return DynamicCache()
+
+    def _attend(self, emb, g, positions, cache):
+        """One pass over rows (emb, g) at positions, appending their K/V to the cache."""
+        layer = self.midlayer
+        cos, sin = self.rope(g, positions)
+        q, k, v = layer.qkv(emb, g, cos, sin)
+        k, v = cache.update(k, v, 0)
+        T, L = q.shape[2], k.shape[2]
+        mask = torch.ones(T, L, dtype=torch.bool, device=q.device).tril(L - T)  # causal
+        attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                              enable_gqa=layer.n_heads != layer.n_kv_heads)
+        return layer.finish(attn, g)
+
+    @torch.inference_mode()
+    def draft(self, target, last_token, target_hidden, start, cache, block_size=None,
+              context_ids=None):
+        """Greedy chain draft of k = block_size - 1 tokens after last_token (N,) at ``start``.
+
+        target_hidden (N, C, L_f*H): features of the C committed tokens the cache has not seen
+        (positions start-C..start-1); context_ids (N, C): those tokens. Row t pairs g_t with
+        x_{t+1}, so the new rows read tokens [context_ids[1:], last_token]. Costs k passes.
+        """
+        k = (block_size or self.block_size) - 1
+        N, C = target_hidden.shape[:2]
+        embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
+        tokens = torch.cat([context_ids[:, 1:], last_token.view(N, 1)], 1)           # (N, C)
+        positions = torch.arange(start - C, start, device=tokens.device).expand(N, -1)
+        h = self._attend(embed(tokens), self.fc(target_hidden), positions, cache)[:, -1:]
+        context = cache.get_seq_length()
+        drafts = []
+        for j in range(k):
+            d = lm_head(self.norm(h)).argmax(-1)                                       # (N, 1)
+            drafts.append(d)
+            if j + 1 < k:                                 # feed (h, d) back: one more pass
+                pos = torch.full((N, 1), start + j, device=d.device)
+                h = self._attend(embed(d), h, pos, cache)
+        if cache.get_seq_length() > context:              # keep only the context rows
+            cache.crop(context - cache.get_seq_length())
+        return torch.cat(drafts, 1)                                                    # (N, k)
+
+    # ---------------------------------------------------------------------------------------
+    # On disk: config.json + model.safetensors (EAGLE-3's tensor names: fc, midlayer.*, norm)
+    # ---------------------------------------------------------------------------------------
+    def save_pretrained(self, save_directory: str | os.PathLike) -> None:
+        from safetensors.torch import save_file
+
+        out = Path(save_directory)
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.mkdir(parents=True, exist_ok=True)
+        cfg = self.config.to_dict()
+        cfg.update(architectures=["ARDrafter"], block_size=self.block_size,
+                   target_layer_ids=self.target_layer_ids,
+                   num_target_layers=self.config.num_target_layers)
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True, default=str) + "\n")
+        state = {k: v.detach().contiguous() for k, v in self.state_dict().items()
+                 if not k.startswith("rotary_emb")}
+        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        if out.exists():
+            import shutil
+            shutil.rmtree(out)
+        tmp.replace(out)
+
+
+def load_ar_drafter(path, target=None, dtype=torch.float32, device="cpu") -> ARDrafter:
+    """Load an AR drafter written by ``ARDrafter.save_pretrained``."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
+        raise FileNotFoundError(f"{path} needs config.json and model.safetensors "
+                                f"(write them with ARDrafter.save_pretrained).")
+    raw = json.loads((path / "config.json").read_text())
+    if raw.get("architectures") != ["ARDrafter"]:
+        raise ValueError(f"{path} holds {raw.get('architectures')}, not an ARDrafter; "
+                         f"load DFlash drafters with minidflash.drafter.load_drafter.")
+    for key in ("architectures", "model_type", "transformers_version"):
+        raw.pop(key, None)
+    drafter = ARDrafter(Qwen3Config(**raw))
+    drafter.load_state_dict(load_file(str(path / "model.safetensors")), strict=False)
+    missing = set(drafter.state_dict()) - set(load_file(str(path / "model.safetensors")))
+    if {m for m in missing if not m.startswith("rotary_emb")}:
+        raise ValueError(f"{path} lacks tensors {sorted(missing)[:5]} of an ARDrafter.")
+    drafter.to(device=device, dtype=dtype).eval().requires_grad_(False)
+    if target is not None and target.config.hidden_size != drafter.config.hidden_size:
+        raise ValueError(f"AR drafter hidden size {drafter.config.hidden_size} != target "
+                         f"{target.config.hidden_size}: it must be trained for this target.")
+    return drafter

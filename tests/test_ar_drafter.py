@@ -1,0 +1,107 @@
+"""The EAGLE-3-style autoregressive drafter: lossless through the same verifier, its training
+pass (training-time test) equals its inference chain, and its format round-trips."""
+
+import pytest
+import torch
+
+from minidflash.ar_drafter import ARDrafter, load_ar_drafter, make_ar_config
+from minidflash.drafter import target_features
+from minidflash.verifier import speculative_generate
+from tests.helpers import tiny_target
+
+
+def random_ar(target, seed=0):
+    torch.manual_seed(seed + 2000)
+    return ARDrafter(make_ar_config(target.config)).eval().requires_grad_(False)
+
+
+def greedy(target, ids, n):
+    return target.generate(ids, do_sample=False, max_new_tokens=n, min_new_tokens=n,
+                           pad_token_id=0, attention_mask=torch.ones_like(ids))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_ar_drafter_is_lossless(seed):
+    target = tiny_target(seed)
+    drafter = random_ar(target, seed)
+    ids = torch.randint(0, 96, (1, 5 + seed * 3), generator=torch.Generator().manual_seed(seed))
+    want = greedy(target, ids, 40)
+    for k in (1, 3, 8, 16):
+        got = speculative_generate(target, drafter, ids, 40, block_size=k + 1)
+        assert torch.equal(got.output_ids, want), k
+
+
+def test_ar_drafter_lossless_when_it_drafts_well():
+    """A drafter trained to agree is accepted often: lossless across every acceptance length."""
+    target = tiny_target(3, vocab=61, layers=4)
+    drafter = random_ar(target)
+    seqs = [greedy(target, torch.randint(1, 59, (1, 6), generator=torch.Generator().manual_seed(i)), 40)
+            for i in range(12)]
+    drafter.train().requires_grad_(True)
+    opt = torch.optim.Adam(drafter.parameters(), lr=3e-3)
+    for step in range(150):
+        ids = torch.cat(seqs[step % 3 * 4:(step % 3 + 1) * 4])
+        with torch.no_grad():
+            feats = target_features(target(ids, output_hidden_states=True).hidden_states,
+                                    drafter.target_layer_ids)
+        logits = drafter.unrolled_logits(target, ids, feats, 3)
+        loss = sum(0.8 ** j * torch.nn.functional.cross_entropy(
+            l.flatten(0, 1), ids[:, 2 + j:2 + j + l.shape[1]].flatten()) for j, l in enumerate(logits))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    drafter.eval().requires_grad_(False)
+    taus = []
+    for i in range(12):
+        prompt = seqs[i][:, :10]
+        got = speculative_generate(target, drafter, prompt, 30, block_size=5)
+        assert torch.equal(got.output_ids, greedy(target, prompt, 30))
+        taus.append(got.tau)
+    assert sum(taus) / len(taus) > 1.5, taus       # it drafts: more than one token per pass
+
+
+def test_training_time_test_equals_the_inference_chain():
+    """Step j of the unrolled training pass at row t == draft j+1 of a chain rooted at row t,
+    fed the same tokens, through the KV cache (fp32)."""
+    target = tiny_target(1)
+    drafter = random_ar(target)
+    ids = torch.randint(0, 96, (1, 20), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        feats = target_features(target(ids, output_hidden_states=True).hidden_states,
+                                drafter.target_layer_ids)
+        unrolled = drafter.unrolled_logits(target, ids, feats, 4)
+        embed, head = target.get_input_embeddings(), target.get_output_embeddings()
+        for t in (0, 5, 11):
+            cache = drafter.new_cache()
+            rows = torch.arange(t + 1)[None]
+            h = drafter._attend(embed(ids[:, 1:t + 2]), drafter.fc(feats[:, :t + 1]), rows, cache)[:, -1:]
+            for j in range(4):
+                torch.testing.assert_close(head(drafter.norm(h))[0, 0], unrolled[j][0, t],
+                                           rtol=1e-5, atol=1e-5)
+                h = drafter._attend(embed(ids[:, t + 2 + j:t + 3 + j]), h,
+                                    torch.tensor([[t + 1 + j]]), cache)
+
+
+def test_draft_keeps_only_the_context_in_its_cache():
+    target = tiny_target(2)
+    drafter = random_ar(target)
+    ids = torch.randint(0, 96, (1, 9))
+    feats = target_features(target(ids, output_hidden_states=True).hidden_states, drafter.target_layer_ids)
+    cache = drafter.new_cache()
+    out = drafter.draft(target, ids[:, -1], feats[:, :-1], 8, cache, 9, context_ids=ids[:, :-1])
+    assert out.shape == (1, 8) and cache.get_seq_length() == 8
+
+
+def test_save_and_load_round_trip(tmp_path):
+    target = tiny_target(0)
+    drafter = random_ar(target)
+    drafter.save_pretrained(tmp_path / "ar")
+    again = load_ar_drafter(tmp_path / "ar", target=target)
+    ids = torch.randint(0, 96, (1, 7))
+    a = speculative_generate(target, drafter, ids, 12, block_size=5)
+    b = speculative_generate(target, again, ids, 12, block_size=5)
+    assert a.acceptance_lengths == b.acceptance_lengths and torch.equal(a.output_ids, b.output_ids)
+    for k, v in drafter.state_dict().items():
+        assert torch.equal(v, again.state_dict()[k]), k
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        load_ar_drafter(tmp_path / "nothing")
