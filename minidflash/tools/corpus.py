@@ -131,7 +131,8 @@ def code_examples(max_chars: int = 900) -> tuple[list[dict], list[dict]]:
     """(train, held_out) functions with a docstring, asked for by signature and docstring.
 
     The split is by module (a hash of the file name), so held-out prompts come from modules the
-    target never saw.
+    target never saw; a held-out function whose prompt also occurs in a training module (the
+    same code copied between modules) is dropped, and so are repeats.
     """
     train, held = [], []
     root = Path(sysconfig.get_paths()["stdlib"])
@@ -157,7 +158,15 @@ def code_examples(max_chars: int = 900) -> tuple[list[dict], list[dict]]:
             a = f"```python\n{body}\n```"
             bucket.append({"messages": [{"role": "user", "content": q},
                                         {"role": "assistant", "content": a}]})
-    return train, held
+    # The same function can live in several modules: a held-out prompt must not occur in
+    # training at all, and only once among the held-out ones.
+    seen = {e["messages"][0]["content"] for e in train}
+    unique = []
+    for e in held:
+        if e["messages"][0]["content"] not in seen:
+            seen.add(e["messages"][0]["content"])
+            unique.append(e)
+    return train, unique
 
 
 # --------------------------------------------------------------------------------------------
