@@ -7,6 +7,7 @@ so the shapes are small; they are chosen odd so that every tile has a ragged edg
 import pytest
 import torch
 
+from minidflash.attention import attend
 from minidflash.kernel import (block_attention, block_attention_reference, count_visited_tiles,
                                tile_schedule)
 from minidflash.mask import block_mask
@@ -97,9 +98,11 @@ def test_unsorted_anchors_and_strided_inputs():
 
 
 def test_sdpa_backend_matches_reference():
+    # the other backend of attention.attend: torch SDPA with mask.dense_mask, checked here against
+    # the same reference (anchors at 0 and at S: blocks that see no context, and all of it)
     *dims, anchors = SHAPES["S37_n3_B5_anchors_0_and_S"]
     q, k, v, anchors = make_inputs(*dims, torch.float32, anchors)
-    got = outputs_and_grads(block_attention, q, k, v, anchors, dims[3], dims[5], backend="sdpa")
+    got = outputs_and_grads(attend, q, k, v, anchors, dims[3], dims[5], backend="sdpa")
     want = outputs_and_grads(block_attention_reference, q, k, v, anchors, dims[3], dims[5])
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
