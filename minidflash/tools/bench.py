@@ -160,11 +160,20 @@ def main(argv=None) -> dict:
     p.add_argument("--json", default=None, help="write the figures here (and a .png beside it)")
     p.add_argument("--step-times", action="store_true",
                    help="only time prefill / decode / verify / draft steps (context 512)")
+    p.add_argument("--methods", nargs="+", default=None,
+                   help="compare methods instead of block sizes: plain dflash:B ar:k lookup:k "
+                        "generate (see minidflash/tools/methods.py); greedy")
+    p.add_argument("--ar-drafter", default=None, help="the AR drafter (default data/ar_drafter)")
+    p.add_argument("--draft-cost", action="store_true",
+                   help="only time a drafter call against drafted tokens 1..16 (figure 3)")
     a = p.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     target, tokenizer = load_target(a.target)
+    command = "python -m minidflash bench " + " ".join(sys.argv[1:] if argv is None else argv)
+    if a.draft_cost or a.methods:
+        return compare(a, target, tokenizer, command)
     drafter = load_drafter(a.drafter, target=target)
     if a.step_times:
         times = step_times(target, drafter)
@@ -173,7 +182,7 @@ def main(argv=None) -> dict:
     results = {"block_sizes": a.block_sizes, "temperature": a.temperature,
                "max_new_tokens": a.max_new_tokens, "n": a.n, "threads": torch.get_num_threads(),
                "drafter_layers": drafter.config.num_hidden_layers,
-               "command": "python -m minidflash bench " + " ".join(argv or sys.argv[1:]),
+               "command": command,
                "suites": {}}
     warm = chat_ids(tokenizer, [{"role": "user", "content": "warm up"}])
     for b in [1, *a.block_sizes]:
@@ -199,6 +208,44 @@ def main(argv=None) -> dict:
         path.write_text(json.dumps(results, indent=1) + "\n")
         plot(results, path.with_suffix(".png"))
     return results
+
+
+def compare(a, target, tokenizer, command: str) -> dict:
+    """``--methods`` and ``--draft-cost``: see methods.py."""
+    from . import methods as m
+
+    if a.draft_cost:
+        result = m.draft_cost(target)
+        for name, ms in result["ms"].items():
+            print(f"{name:>18}: " + " ".join(f"{t:.1f}" for t in ms) + "  ms for 1..16 tokens")
+        plot = m.plot_draft_cost
+    else:
+        drafters = m.load_method_drafters(a.methods, target, a.drafter, a.ar_drafter)
+        result = {"methods": a.methods, "max_new_tokens": a.max_new_tokens, "n": a.n,
+                  "threads": torch.get_num_threads(), "suites": {}}
+        m.run_methods(target, tokenizer, [{"messages": [{"role": "user", "content": "warm up"}]}],
+                      a.methods, drafters, 16, progress=False)
+        t0 = time.time()
+        for suite in a.suites:
+            rows = corpus.read_jsonl(PROMPTS_DIR / f"{suite}.jsonl")[: a.n]
+            result["suites"][suite] = r = m.run_methods(target, tokenizer, rows, a.methods, drafters,
+                                                        a.max_new_tokens)
+            for spec, s in r["methods"].items():
+                tau = "  -  " if s["tau"] is None else f"{s['tau']:.2f}"
+                split = ("" if s["draft_ms_per_step"] is None else
+                         f"draft {s['draft_ms_per_step']:5.1f} ms verify {s['verify_ms_per_step']:5.1f} ms/step  ")
+                print(f"{suite:>11} {spec:>28}  tau {tau}  {split}TPOT {s['tpot_ms']:5.1f} ms  "
+                      f"speedup {s['speedup']:.2f}x  identical {s['identical']}")
+        result["wall_s"] = round(time.time() - t0, 1)
+        plot = m.plot_methods
+    result["command"] = command
+    result["threads"] = torch.get_num_threads()
+    if a.json:
+        path = Path(a.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=1) + "\n")
+        plot(result, path.with_suffix(".png"))
+    return result
 
 
 if __name__ == "__main__":

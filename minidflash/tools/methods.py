@@ -1,0 +1,196 @@
+"""Every decoding method on the same target, prompts and process: ``bench --methods``.
+
+The paper's comparison (DFlash against EAGLE-3) plus what a user has without training anything:
+
+    plain          speculative_generate with block size 1 (the baseline of every ratio)
+    dflash:B       the DFlash drafter, block size B (B-1 tokens drafted in ONE pass)
+    ar:k           the EAGLE-3-style drafter (ar_drafter.py), k tokens drafted in k passes,
+                   verified as a block of k+1 by the same loop
+    lookup:k       transformers' prompt-lookup decoding, ``generate(prompt_lookup_num_tokens=k)``
+    generate       transformers' plain greedy ``generate()``
+
+A drafter other than the shipped one is named with ``@PATH`` (``dflash:16@data/dflash_1000``).
+Methods run one after the other on each prompt, their order rotating prompt by prompt, so all
+see the same machine state. Reported per suite and method: tau, draft and verify ms per step,
+TPOT, speedup over plain (mean plain TPOT / mean TPOT), and whether the output is identical to
+plain decoding. transformers' ``generate`` gives no split of its time: its TPOT is its wall
+time less the prefill time measured for the same prompt by plain decoding, per new token.
+
+``--draft-cost`` instead times one drafter call against the number of drafted tokens (1..16)
+for the AR drafter and DFlash drafters of 1, 3 and 5 layers (random weights: the cost of a
+pass does not depend on them), over a cached context, as the paper's figure 3 does.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from ..ar_drafter import ARDrafter, load_ar_drafter, make_ar_config
+from ..config import TINY_AR_DRAFTER_DIR
+from ..drafter import DFlashDrafter, load_drafter, make_drafter_config
+from ..target import chat_ids, stop_ids
+from ..verifier import crop_cache, speculative_generate
+from .metrics import correct
+
+
+def parse(spec: str) -> tuple[str, int, str | None]:
+    """'dflash:16@path' -> ('dflash', 16, 'path'); 'plain' -> ('plain', 1, None)."""
+    name, _, path = spec.partition("@")
+    kind, _, k = name.partition(":")
+    if kind not in ("plain", "dflash", "ar", "lookup", "generate"):
+        raise ValueError(f"unknown method {spec!r}: use plain, dflash:B, ar:k, lookup:k, generate")
+    if kind in ("dflash", "ar", "lookup") and not k.isdigit():
+        raise ValueError(f"method {spec!r} needs a number, e.g. {kind}:8")
+    return kind, int(k) if k else 1, path or None
+
+
+def load_method_drafters(specs, target, dflash_default=None, ar_default=None) -> dict:
+    """spec -> drafter (None for methods without one), each file loaded once."""
+    cache, out = {}, {}
+    for spec in specs:
+        kind, _, path = parse(spec)
+        if kind == "dflash":
+            key = ("dflash", path or dflash_default)
+            if key not in cache:
+                cache[key] = load_drafter(key[1], target=target)
+        elif kind == "ar":
+            key = ("ar", path or ar_default or str(TINY_AR_DRAFTER_DIR))
+            if key not in cache:
+                cache[key] = load_ar_drafter(key[1], target=target)
+        else:
+            key = None
+        out[spec] = cache.get(key)
+    return out
+
+
+def _generate(target, ids, max_new_tokens, stops, lookup: int | None):
+    """transformers' generate (prompt lookup when lookup is set): new ids and wall seconds."""
+    kwargs = dict(do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=stops,
+                  pad_token_id=stops[0], attention_mask=torch.ones_like(ids))
+    if lookup:
+        kwargs["prompt_lookup_num_tokens"] = lookup
+    t0 = time.perf_counter()
+    out = target.generate(ids, **kwargs)
+    return out[:, ids.shape[1]:], time.perf_counter() - t0
+
+
+def run_methods(target, tokenizer, rows, specs, drafters, max_new_tokens=256, progress=True) -> dict:
+    """Decode every prompt with every method (greedy); per-method figures for this suite."""
+    stops = stop_ids(tokenizer)
+    specs = ["plain"] + [s for s in specs if s != "plain"]
+    per = {s: {"tpot": [], "tau": [], "draft_ms": [], "verify_ms": [], "same": [], "correct": []}
+           for s in specs}
+    for i, row in enumerate(tqdm(rows, desc="prompts", disable=not progress, leave=False)):
+        ids = chat_ids(tokenizer, row["messages"])
+        order = specs[i % len(specs):] + specs[:i % len(specs)]       # rotate who goes first
+        results = {}
+        for spec in order:
+            kind, k, _ = parse(spec)
+            if kind in ("lookup", "generate"):
+                new, wall = _generate(target, ids, max_new_tokens, stops, k if kind == "lookup" else None)
+                results[spec] = {"new": new[0].tolist(), "wall": wall}
+                continue
+            B = 1 if kind == "plain" else (k if kind == "dflash" else k + 1)
+            r = speculative_generate(target, drafters.get(spec), ids, max_new_tokens, block_size=B,
+                                     stop_token_ids=stops)
+            results[spec] = {"new": r.new_ids.tolist(), "result": r}
+        plain = results["plain"]["result"]
+        for spec in specs:
+            p, got = per[spec], results[spec]
+            if "result" in got:
+                r = got["result"]
+                steps = max(1, len(r.acceptance_lengths))
+                p["tpot"].append(r.tpot)
+                p["tau"].append(r.tau)
+                p["draft_ms"].append(1e3 * r.draft_time / steps)
+                p["verify_ms"].append(1e3 * r.verify_time / steps)
+            else:   # generate: wall time less this prompt's prefill, per new token
+                p["tpot"].append(max(0.0, got["wall"] - plain.prefill_time) / max(1, len(got["new"])))
+            p["same"].append(got["new"] == results["plain"]["new"])
+            p["correct"].append(correct(row, tokenizer.decode(got["new"], skip_special_tokens=True)))
+    mean = lambda xs: sum(xs) / len(xs) if xs else None
+    base = mean(per["plain"]["tpot"])
+    out = {}
+    for spec, p in per.items():
+        checks = [c for c in p["correct"] if c is not None]
+        out[spec] = {"tau": mean(p["tau"]), "draft_ms_per_step": mean(p["draft_ms"]),
+                     "verify_ms_per_step": mean(p["verify_ms"]), "tpot_ms": 1e3 * mean(p["tpot"]),
+                     "speedup": base / mean(p["tpot"]), "identical": all(p["same"]),
+                     "accuracy": mean(checks) if checks else None}
+    return {"prompts": len(rows), "methods": out}
+
+
+@torch.no_grad()
+def draft_cost(target, context: int = 256, max_tokens: int = 16, repeats: int = 15,
+               dflash_layers=(1, 3, 5)) -> dict:
+    """Median ms of one drafter call against drafted tokens 1..max_tokens (figure 3 of the paper).
+
+    AR: k tokens = k passes. DFlash: k tokens = one pass over a block of k + 1.
+    """
+    torch.manual_seed(0)
+    ids = torch.randint(0, 200, (1, context + 1))
+    cfg = target.config
+    drafters = {"AR (1 layer)": ARDrafter(make_ar_config(cfg)).eval()}
+    for L in dflash_layers:
+        drafters[f"DFlash ({L} layer{'s' if L > 1 else ''})"] = DFlashDrafter(make_drafter_config(
+            cfg, num_hidden_layers=L, block_size=max_tokens + 1, mask_token_id=5, num_features=3)).eval()
+    out = {"context": context, "tokens": list(range(1, max_tokens + 1)),
+           "threads": torch.get_num_threads(), "ms": {}}
+    for name, d in drafters.items():
+        feats = torch.randn(1, context, len(d.target_layer_ids) * cfg.hidden_size)
+        cache = d.new_cache()                 # the context but its last token, then a step's
+        d.draft(target, ids[:, context - 1], feats[:, :-1], context - 1, cache, 2,
+                context_ids=ids[:, :context - 1])
+        times = []
+        for k in out["tokens"]:
+            ts = []
+            for _ in range(repeats):          # one committed token, then k drafted
+                t0 = time.perf_counter()
+                d.draft(target, ids[:, context], feats[:, -1:], context, cache, k + 1,
+                        context_ids=ids[:, context - 1:context])
+                ts.append(time.perf_counter() - t0)
+                crop_cache(cache, context - 1)
+            times.append(1e3 * sorted(ts)[len(ts) // 2])
+        out["ms"][name] = times
+    return out
+
+
+def plot_methods(results: dict, path: Path) -> None:
+    from matplotlib.figure import Figure
+
+    suites = list(results["suites"])
+    specs = list(results["suites"][suites[0]]["methods"])
+    fig = Figure(figsize=(13, 3.8))
+    axes = fig.subplots(1, 2)
+    width = 0.8 / len(suites)
+    for i, s in enumerate(suites):
+        m = results["suites"][s]["methods"]
+        xs = [j + i * width for j in range(len(specs))]
+        axes[0].bar(xs, [m[p]["speedup"] for p in specs], width, label=s)
+        axes[1].bar(xs, [m[p]["tau"] or 0 for p in specs], width, label=s)
+    for ax, title, ylabel in ((axes[0], "speedup over plain decoding", "speedup (x)"),
+                              (axes[1], "tokens per target pass (tau)", "tau")):
+        ax.set_xticks([j + width * (len(suites) - 1) / 2 for j in range(len(specs))], specs, rotation=30)
+        ax.set(title=title, ylabel=ylabel)
+        ax.legend(loc="upper right", fontsize=8)
+    axes[0].axhline(1.0, color="k", lw=0.8, ls="--")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def plot_draft_cost(cost: dict, path: Path) -> None:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.5, 3.8))
+    ax = fig.subplots()
+    for name, ms in cost["ms"].items():
+        ax.plot(cost["tokens"], ms, "o-" if name.startswith("AR") else "s-", label=name)
+    ax.set(xlabel="drafted tokens", ylabel="ms per drafter call",
+           title=f"draft cost, context {cost['context']}, {cost['threads']} thread(s)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
