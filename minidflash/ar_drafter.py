@@ -132,14 +132,20 @@ class ARDrafter(nn.Module):
     # Training: the unrolled layer (training-time test)
     # ---------------------------------------------------------------------------------------
     def unrolled_logits(self, target, ids, features, ttt_steps: int) -> list[torch.Tensor]:
-        """Logits of every unrolled step: a list of ttt_steps tensors (N, S - 2 - j, V).
+        """Logits of every unrolled step: a list of ttt_steps tensors (N, S - 2 - j, V)."""
+        head = target.get_output_embeddings()
+        return [head(h) for h in self.unrolled_hidden(target, ids, features, ttt_steps)]
+
+    def unrolled_hidden(self, target, ids, features, ttt_steps: int) -> list[torch.Tensor]:
+        """The final-normed hidden states of every unrolled step, (N, S - 2 - j, H) each; the
+        target's lm_head turns them into logits (the trainer applies it to labelled rows only).
 
         ids (N, S) tokens; features (N, S, L_f*H) target features. Step j at row t reads token
         x_{t+1+j} and predicts x_{t+2+j}, so its labels are ``ids[:, 2 + j:]``; row t of step j
         exists while that label does (t + 2 + j < S).
         """
         N, S = ids.shape
-        embed, lm_head, layer = target.get_input_embeddings(), target.get_output_embeddings(), self.midlayer
+        embed, layer = target.get_input_embeddings(), self.midlayer
         T = S - 2                                                   # rows t = 0..S-3
         g = self.fc(features[:, :T])                                # (N, T, H): step 0's stream
         pos = torch.arange(T, device=ids.device).expand(N, -1)
@@ -165,7 +171,7 @@ class ARDrafter(nn.Module):
             for i, vv in enumerate(values[1:]):
                 attn = attn + p[..., Tj + i:Tj + i + 1] * vv[:, :, :Tj]
             g = layer.finish(attn, g)                               # (N, Tj, H): fed to step j+1
-            out.append(lm_head(self.norm(g)))                       # (N, Tj, V)
+            out.append(self.norm(g))                                # (N, Tj, H)
         return out
 
     # ---------------------------------------------------------------------------------------

@@ -7,23 +7,45 @@ Two backends compute the same thing:
   (no mask at all at inference, where one block follows all the context and sees everything);
 * ``"triton"``: the kernel of ``kernel.py``, which skips the tiles no query sees.
 
-``default_backend`` picks the kernel on CUDA and SDPA on a CPU.
+``default_backend`` picks SDPA everywhere except for *training on CUDA once the kernel has a
+recorded GPU result* (``data/results/kernel_bench.json``, written by ``python -m minidflash
+bench-kernel`` on a GPU, not ``--cpu-smoke``): a kernel nobody has run on a GPU is not a default.
+Inference stays on SDPA (one block after all the context needs no mask at all).
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
 
+from .config import RESULTS_DIR
 from .mask import dense_mask
 
 BACKENDS = ("sdpa", "triton")
+KERNEL_RESULT = RESULTS_DIR / "kernel_bench.json"   # python -m minidflash bench-kernel (a GPU)
 
 
-def default_backend(device="cpu") -> str:
-    """The switch's default: the Triton kernel on a CUDA device, torch SDPA on a CPU (where
-    Triton only runs in its slow interpreter, for tests)."""
-    if torch.device(device).type == "cuda":
+def kernel_verified(path=KERNEL_RESULT) -> bool:
+    """True when a GPU run of bench-kernel is recorded: not a CPU smoke run, with the kernel's
+    rows error-free and its forward output close to SDPA's (0.1: bf16 rounding passes, a wrong
+    kernel does not)."""
+    try:
+        result = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return False
+    rows = [r for r in result.get("rows", []) if r.get("method") == "triton"]
+    diffs = [r.get("max_abs_diff_vs_sdpa") for r in rows if r.get("passes") == "forward"]
+    return (result.get("smoke") is False and bool(diffs) and all(r.get("error") is None for r in rows)
+            and all(d is not None and d < 0.1 for d in diffs))
+
+
+def default_backend(device="cpu", training: bool = False) -> str:
+    """The switch's default: torch SDPA, except the Triton kernel for training on a CUDA device
+    once ``kernel_verified()`` (on a CPU Triton only runs in its slow interpreter, for tests)."""
+    if training and torch.device(device).type == "cuda" and kernel_verified():
         try:
             import triton  # noqa: F401
             return "triton"

@@ -23,9 +23,16 @@ The drafter's KV cache holds the K/V of context features only; block K/V are rec
 step, so there is nothing to crop after a draft.
 
 On disk it uses the published format (z-lab/Qwen3-8B-DFlash-b16): config.json with
-``block_size``, ``num_target_layers``, ``dflash_config{mask_token_id, target_layer_ids}``, and
-model.safetensors with exactly the tensors ``layers.{i}.*``, ``fc.weight``,
-``hidden_norm.weight``, ``norm.weight``.
+``block_size``, ``num_target_layers``, ``dflash_config{mask_token_id, target_layer_ids}``, the
+RoPE as given (``rope_parameters``, the older ``rope_scaling`` and a top-level ``rope_theta``),
+and model.safetensors with exactly the tensors ``layers.{i}.*``, ``fc.weight``,
+``hidden_norm.weight``, ``norm.weight``. SGLang (``--speculative-algorithm DFLASH``) and vLLM
+(``"method": "dflash"``) serve it; tests/test_serving.py lists the keys each reads.
+
+Sliding-window attention is not implemented: every drafter layer sees all the context. A config
+whose ``layer_types`` hold ``"sliding_attention"`` (newer published drafters, e.g. for Qwen3.6)
+is refused with an error rather than run with full attention, which would draft differently
+from how it was trained.
 """
 
 from __future__ import annotations
@@ -154,6 +161,13 @@ class DFlashDrafter(nn.Module):
     def __init__(self, config: Qwen3Config):
         super().__init__()
         self.config = config
+        sliding = [i for i, t in enumerate(getattr(config, "layer_types", None) or [])
+                   if t == "sliding_attention"]
+        if sliding:
+            raise ValueError(f"layer_types marks drafter layers {sliding} as 'sliding_attention' "
+                             f"(window {getattr(config, 'sliding_window', None)}); minidflash "
+                             f"implements full attention only and will not silently widen the "
+                             f"window. Use a drafter whose layers are all 'full_attention'.")
         dflash = getattr(config, "dflash_config", None) or {}
         self.block_size = int(getattr(config, "block_size", None) or dflash.get("block_size")
                               or PAPER.block_size)
@@ -227,12 +241,18 @@ class DFlashDrafter(nn.Module):
         tmp = out.with_name(out.name + ".tmp")
         tmp.mkdir(parents=True, exist_ok=True)
         c = self.config
-        rope = getattr(c, "rope_parameters", None) or {}
+        rope = dict(getattr(c, "rope_parameters", None)
+                    or {"rope_type": "default", "rope_theta": getattr(c, "rope_theta", 1e6)})
+        scaling = {k: v for k, v in rope.items() if k != "rope_theta"}
         cfg = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3",
                "block_size": self.block_size, "num_target_layers": c.num_target_layers,
                "dflash_config": {"mask_token_id": self.mask_token_id,
                                  "target_layer_ids": self.target_layer_ids},
-               "rope_theta": rope.get("rope_theta", getattr(c, "rope_theta", 1e6)),
+               # the RoPE three ways, all the same: transformers v5 and the engines read
+               # rope_parameters (or rope_theta + rope_scaling), z-lab's MLX loader rope_theta
+               "rope_parameters": rope, "rope_theta": rope["rope_theta"],
+               "rope_scaling": None if rope.get("rope_type", "default") == "default" else scaling,
+               "layer_types": ["full_attention"] * c.num_hidden_layers,
                "dtype": str(next(self.parameters()).dtype).replace("torch.", "")}
         for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                     "num_key_value_heads", "head_dim", "rms_norm_eps", "max_position_embeddings",

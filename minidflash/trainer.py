@@ -216,25 +216,29 @@ def make_batch(data: list[dict], idx: list[int], cfg: TrainConfig, pad: int, gen
 
 
 def ar_loss(drafter: ARDrafter, target, ids, hidden, in_response, ttt_steps: int):
-    """EAGLE-3's training-time-test loss: sum_j 0.8^j CE(step j, x_{t+2+j}) over response labels.
+    """EAGLE-3's training-time-test loss: sum_j 0.8^j CE(step j, x_{t+2+j}) over response labels
+    (the lm_head runs on labelled rows only), normalised by sum_j 0.8^j.
 
     Also the acceptance this would give: at each row, 1 + the number of leading steps right.
     """
-    logits = drafter.unrolled_logits(target, ids, hidden, ttt_steps)          # [(N, S-2-j, V)]
+    head = target.get_output_embeddings()
+    states = drafter.unrolled_hidden(target, ids, hidden, ttt_steps)         # [(N, S-2-j, H)]
     loss, total, right = 0.0, 0.0, []
-    for j, lg in enumerate(logits):
-        labels = ids[:, 2 + j:2 + j + lg.shape[1]]                             # (N, S-2-j)
-        mask = in_response[:, 2 + j:2 + j + lg.shape[1]].float()
-        ce = F.cross_entropy(lg.flatten(0, 1).float(), labels.flatten(), reduction="none")
-        loss = loss + TTT_DECAY ** j * (ce * mask.flatten()).sum() / mask.sum().clamp(min=1)
+    for j, h in enumerate(states):
+        labels = ids[:, 2 + j:2 + j + h.shape[1]]                              # (N, S-2-j)
+        sel = in_response[:, 2 + j:2 + j + h.shape[1]]                         # labelled rows
+        logits = head(h[sel])                                                  # (M, V)
+        loss = loss + TTT_DECAY ** j * F.cross_entropy(logits.float(), labels[sel])
         total += TTT_DECAY ** j
-        right.append(lg.argmax(-1) == labels)
+        ok = torch.zeros_like(sel)
+        ok[sel] = logits.argmax(-1) == labels[sel]
+        right.append(ok)
     with torch.no_grad():
         rows = right[-1].shape[1]
+        keep = in_response[:, 2:2 + rows] & in_response[:, 1 + len(right):1 + len(right) + rows]
         leading = torch.stack([r[:, :rows] for r in right], -1).long().cumprod(-1).sum(-1) + 1
-        keep = in_response[:, 2:2 + rows].float()
         tau = (leading * keep).sum() / keep.sum().clamp(min=1)
-        acc = (right[0] * in_response[:, 2:2 + right[0].shape[1]]).sum() / in_response[:, 2:].sum().clamp(min=1)
+        acc = right[0].sum() / in_response[:, 2:2 + right[0].shape[1]].sum().clamp(min=1)
     return loss / total, {"tau": float(tau), "acc": float(acc)}
 
 
@@ -269,7 +273,8 @@ def train(cfg: TrainConfig, target, tokenizer, data: list[dict], progress=True,
                                    target_layer_ids=cfg.target_layer_ids,
                                    num_features=cfg.num_features)
         drafter = DFlashDrafter(dcfg)
-        drafter.backend = check_backend(cfg.backend or default_backend(next(target.parameters()).device))
+        drafter.backend = check_backend(cfg.backend or default_backend(
+            next(target.parameters()).device, training=True))
     else:
         raise ValueError(f"TrainConfig.drafter {cfg.drafter!r} is not 'dflash' or 'ar'")
     drafter.train()

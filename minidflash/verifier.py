@@ -81,13 +81,32 @@ def cache_kwargs(model, cache) -> dict:
     return {_cache_name(type(model)): cache, "use_cache": True}
 
 
+def clock(device=None) -> float:
+    """Seconds (``time.perf_counter``), read after the device's queued work has finished.
+
+    CUDA runs kernels asynchronously: without the synchronise a timestamp measures launches,
+    and a pass's GPU time lands in whatever is timed next. Every timestamp of
+    ``speculative_generate`` (and of the bench) is read here. device: a torch device or name;
+    None or a CPU reads the clock at once.
+    """
+    if device is not None and torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
 def _choose(logits: torch.Tensor, temperature: float, generator) -> torch.Tensor:
-    """The target's token at every position: logits (N, T, V) -> (N, T)."""
+    """The target's token at every position: logits (N, T, V) -> (N, T).
+
+    At T > 0 an exact sample of softmax(logits / T) by inverse CDF: one uniform u per position,
+    the first token whose cumulative probability exceeds u. One cumsum over (N, T, V) instead
+    of ``torch.multinomial``, which cost as much as a whole draft.
+    """
     if temperature == 0:
         return logits.argmax(-1)
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
-    flat = torch.multinomial(probs.view(-1, probs.shape[-1]), 1, generator=generator)
-    return flat.view(probs.shape[:-1])
+    cdf = torch.softmax(logits.float() / temperature, dim=-1).cumsum(-1)      # (N, T, V)
+    u = torch.rand(cdf.shape[:-1] + (1,), generator=generator, device=cdf.device)
+    token = torch.searchsorted(cdf, u * cdf[..., -1:], right=True)            # (N, T, 1)
+    return token[..., 0].clamp(max=cdf.shape[-1] - 1)
 
 
 def accept(block: torch.Tensor, logits: torch.Tensor, temperature: float, generator=None):
@@ -156,14 +175,14 @@ def speculative_generate(target, drafter: DFlashDrafter | None, input_ids: torch
     layer_ids = drafter.target_layer_ids if B > 1 else None
 
     # 1. Prefill: the target reads the prompt once; its first token and its features.
-    t0 = time.perf_counter()
+    t0 = clock(device)
     cache = DynamicCache()
     out = target(input_ids=input_ids, **cache_kwargs(target, cache),
                  output_hidden_states=B > 1, logits_to_keep=1)
     token = _choose(out.logits[:, -1:], temperature, generator)[:, 0]         # (1,)
     hidden = target_features(out.hidden_states, layer_ids) if B > 1 else None  # (1, S, L_f*H)
     draft_cache = drafter.new_cache() if B > 1 else None
-    t1 = time.perf_counter()
+    t1 = clock(device)
 
     new = [int(token)]
     drafted, lengths, steps = [False], [], []
@@ -173,18 +192,18 @@ def speculative_generate(target, drafter: DFlashDrafter | None, input_ids: torch
     done = new[0] in stops
     while len(new) < max_new_tokens and not done:
         # 2. Draft B-1 tokens in one drafter pass.
-        ts = time.perf_counter()
+        ts = clock(device)
         block = token.view(1, 1)
         if B > 1:
             guess = drafter.draft(target, token, hidden, start, draft_cache, B,
                                   context_ids=context_ids)                     # (1, B-1)
             block = torch.cat([block, guess], dim=1)                           # (1, B)
-        tv = time.perf_counter()
+        tv = clock(device)
         # 3. Verify the whole block in one target pass.
         pos = torch.arange(start, start + B, device=device)[None]
         out = target(input_ids=block, position_ids=pos, **cache_kwargs(target, cache),
                      output_hidden_states=B > 1)
-        te = time.perf_counter()
+        te = clock(device)
         # 4. Accept the longest agreeing prefix, plus the target's bonus token.
         a, committed, choice = accept(block, out.logits, temperature, generator)
         if record_steps:
@@ -212,7 +231,7 @@ def speculative_generate(target, drafter: DFlashDrafter | None, input_ids: torch
     hits = [i for i, t in enumerate(new) if t in stops]
     if hits:
         new = new[:hits[0] + 1]
-    t2 = time.perf_counter()
+    t2 = clock(device)
     output_ids = torch.cat([input_ids, torch.tensor([new], dtype=torch.long, device=device)], 1)
     return GenerationResult(output_ids=output_ids, prompt_length=input_ids.shape[1],
                             acceptance_lengths=lengths, drafted=drafted[:len(new)],

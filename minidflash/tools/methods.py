@@ -139,23 +139,24 @@ def draft_cost(target, context: int = 256, max_tokens: int = 16, repeats: int = 
         drafters[f"DFlash ({L} layer{'s' if L > 1 else ''})"] = DFlashDrafter(make_drafter_config(
             cfg, num_hidden_layers=L, block_size=max_tokens + 1, mask_token_id=5, num_features=3)).eval()
     out = {"context": context, "tokens": list(range(1, max_tokens + 1)),
-           "threads": torch.get_num_threads(), "ms": {}}
-    for name, d in drafters.items():
-        feats = torch.randn(1, context, len(d.target_layer_ids) * cfg.hidden_size)
-        cache = d.new_cache()                 # the context but its last token, then a step's
-        d.draft(target, ids[:, context - 1], feats[:, :-1], context - 1, cache, 2,
+           "threads": torch.get_num_threads(), "ms": {name: [] for name in drafters}}
+    caches, feats = {}, {}
+    for name, d in drafters.items():      # the context but its last token, once
+        feats[name] = torch.randn(1, context, len(d.target_layer_ids) * cfg.hidden_size)
+        caches[name] = d.new_cache()
+        d.draft(target, ids[:, context - 1], feats[name][:, :-1], context - 1, caches[name], 2,
                 context_ids=ids[:, :context - 1])
-        times = []
-        for k in out["tokens"]:
-            ts = []
-            for _ in range(repeats):          # one committed token, then k drafted
+    for k in out["tokens"]:
+        ts = {name: [] for name in drafters}
+        for _ in range(repeats):           # drafters alternate call by call: same machine state
+            for name, d in drafters.items():   # one committed token, then k drafted
                 t0 = time.perf_counter()
-                d.draft(target, ids[:, context], feats[:, -1:], context, cache, k + 1,
+                d.draft(target, ids[:, context], feats[name][:, -1:], context, caches[name], k + 1,
                         context_ids=ids[:, context - 1:context])
-                ts.append(time.perf_counter() - t0)
-                crop_cache(cache, context - 1)
-            times.append(1e3 * sorted(ts)[len(ts) // 2])
-        out["ms"][name] = times
+                ts[name].append(time.perf_counter() - t0)
+                crop_cache(caches[name], context - 1)
+        for name in drafters:
+            out["ms"][name].append(1e3 * sorted(ts[name])[repeats // 2])
     return out
 
 
