@@ -1,10 +1,10 @@
 r"""The rival: an autoregressive drafter in the style of EAGLE-3 (Li et al., arXiv 2503.01840).
 
 DFlash drafts a block in one pass. EAGLE-3 drafts ONE token per pass and feeds its own hidden
-state forward, so k drafted tokens cost k drafter passes (EAGLE-3 section 3; DFlash paper
-figure 3 measures exactly this). What is followed here, and what is simplified:
+state forward, so k drafted tokens cost k drafter passes (the DFlash paper's figure 3 measures
+exactly this). What is followed here, and what is simplified:
 
-1. Features (EAGLE-3 section 3.2). Three target layers, low / middle / high, concatenated and
+1. Features (EAGLE-3's multi-layer feature fusion). Three target layers, low / middle / high, concatenated and
    fused by one linear layer: ``g_t = W_fc [h_t^(l_1) ; h_t^(l_2) ; h_t^(l_3)]``, W_fc (H, 3H).
    Here the layers are the DFlash drafter's (``default_target_layer_ids``), so both drafters
    read the same features.
@@ -15,7 +15,7 @@ figure 3 measures exactly this). What is followed here, and what is simplified:
 3. Chain drafting (simplified from EAGLE-3's dynamic tree): the first draft uses the target's
    features of the committed context; draft j+1 feeds ``(h, embed(d_j))`` back in, one pass per
    token, causal attention over the context rows and the chain so far.
-4. Training-time test (EAGLE-3 section 3.3): during training the layer is unrolled for
+4. Training-time test (EAGLE-3's name for it): during training the layer is unrolled for
    ``ttt_steps`` steps. Step 0 is row t = (g_t, x_{t+1}) -> x_{t+2}; step j feeds step j-1's
    output at row t with token x_{t+1+j} at position t+j and predicts x_{t+2+j}. A query of step
    j at row t sees the step-0 keys of rows <= t (the committed context) and its own row's keys

@@ -1,4 +1,4 @@
-"""The paper's defaults and the shipped files, named once (paper sections 4.1-4.2).
+"""The paper's defaults and the shipped files, named once (paper sections 3-5).
 
 Every other module reads its defaults from here, so a reader can see in one screen what DFlash
 fixes and what this project chose for its tiny, CPU-sized runs.

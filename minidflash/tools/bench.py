@@ -1,4 +1,4 @@
-"""Benchmark: plain decoding vs DFlash, the way the paper measures (section 7).
+"""Benchmark: plain decoding vs DFlash, the way the paper's experiments measure (paper section 5).
 
 Same code path, same target, same process: block size 1 (plain autoregressive decoding) against
 block size B, alternating prompt by prompt after a warm-up, so that both see the same machine
