@@ -1,7 +1,8 @@
 """Train a drafter for the tiny target: its training prompts, regenerated, then the recipe.
 
 ``python -m minidflash train --num-layers 1 --steps 3000 --lr 1.5e-3`` made the shipped drafter,
-``... --drafter ar`` with the same budget the shipped autoregressive rival (data/README.md). The prompts are the training split of both domains of ``corpus``: never a
+``... --drafter ar`` with the same budget the shipped autoregressive rival (data/README.md). ``torchrun --nproc_per_node 2 -m minidflash train ...`` trains the same
+drafter data-parallel (the batch size stays the global batch). The prompts are the training split of both domains of ``corpus``: never a
 held-out prompt (``tests/test_suites.py`` checks it).
 """
 
@@ -14,7 +15,7 @@ from dataclasses import asdict, fields
 
 from ..config import TINY_AR_DRAFTER_DIR, TINY_DRAFTER_DIR
 from ..target import load_target
-from ..trainer import TrainConfig, cached_regeneration, train
+from ..trainer import TrainConfig, cached_regeneration, distributed, train
 from . import corpus
 
 
@@ -76,9 +77,16 @@ def main(argv=None) -> dict:
         args["out"] = str(TINY_AR_DRAFTER_DIR if args["drafter"] == "ar" else TINY_DRAFTER_DIR)
     cfg = TrainConfig(**args)
     target, tokenizer = load_target()
-    data = tiny_training_data(target, tokenizer, seed=cfg.seed, **data_args)
+    rank, world = distributed(target)       # (0, 1) unless run by torchrun
+    if rank == 0:                           # rank 0 regenerates (or finds the cache) first ...
+        data = tiny_training_data(target, tokenizer, seed=cfg.seed, **data_args)
+    if world > 1:                           # ... then the other ranks read its cache
+        torch.distributed.barrier()
+        if rank > 0:
+            data = tiny_training_data(target, tokenizer, seed=cfg.seed, progress=False, **data_args)
     info = train(cfg, target, tokenizer, data, info={"data": data_args})["info"]
-    print(json.dumps(info, indent=1))
+    if rank == 0:
+        print(json.dumps(info, indent=1))
     return info
 
 
