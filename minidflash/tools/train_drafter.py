@@ -1,9 +1,10 @@
 """Train a drafter for the tiny target: its training prompts, regenerated, then the recipe.
 
-``python -m minidflash train --num-layers 1 --steps 3000 --lr 1.5e-3`` made the shipped drafter,
-``... --drafter ar`` with the same budget the shipped autoregressive rival (data/README.md). ``torchrun --nproc_per_node 2 -m minidflash train ...`` trains the same
-drafter data-parallel (the batch size stays the global batch). The prompts are the training split of both domains of ``corpus``: never a
-held-out prompt (``tests/test_suites.py`` checks it).
+``python -m minidflash train --num-layers 1 --steps 3000 --lr 1.5e-3`` made the shipped drafter;
+``... --drafter ar --ttt-steps 4`` with the same budget made the autoregressive rival
+(data/README.md). ``torchrun --nproc_per_node 2 -m minidflash train ...`` trains the same
+drafter data-parallel (the batch size stays the global batch). The prompts are the training
+split of both domains of ``corpus``: never a held-out prompt (``tests/test_suites.py``).
 """
 
 from __future__ import annotations
