@@ -273,7 +273,8 @@ def load_drafter(name_or_path=None, target=None, dtype=torch.float32, device="cp
     """Load a drafter in the published format; None is the shipped tiny drafter.
 
     With a target, checks that the drafter fits it (hidden size, vocabulary, layer ids).
-    backend: the attention backend, "sdpa" or "triton" (None: default_backend(device)).
+    backend: the attention backend, "sdpa" or "triton" (None: default_backend(device), which is
+    SDPA for inference).
     """
     backend = check_backend(backend or default_backend(device))
     from safetensors.torch import load_file

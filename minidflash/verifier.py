@@ -15,7 +15,8 @@ target pass can certify). Tokens per step a + 1 is at most B; tau is its mean.
 After a step the target's KV cache is cropped back to the committed tokens, and the hidden
 states the verify pass computed for them become the drafter's next context: nothing is ever
 recomputed. ``block_size=1`` skips the drafter: plain autoregressive decoding through the same
-code, the paper's baseline.
+code, the paper's baseline. Every timestamp is read by ``clock``, after a CUDA synchronise, so a
+pass's GPU time lands in its own bucket (prefill, draft, verify).
 """
 
 from __future__ import annotations

@@ -6,6 +6,19 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 from minidflash.drafter import DFlashDrafter, make_drafter_config
 
 
+PUBLISHED_TENSORS = ["fc.weight", "hidden_norm.weight", "norm.weight"]      # + these per layer:
+PUBLISHED_LAYER_TENSORS = [f"{n}.weight" for n in [
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+    "self_attn.q_norm", "self_attn.k_norm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
+    "input_layernorm", "post_attention_layernorm"]]
+
+
+def published_names(layers: int) -> set[str]:
+    """The tensor names of a published DFlash drafter (z-lab/Qwen3-8B-DFlash-b16) with layers."""
+    return set(PUBLISHED_TENSORS) | {f"layers.{i}.{n}" for i in range(layers)
+                                     for n in PUBLISHED_LAYER_TENSORS}
+
+
 def tiny_target(seed=0, vocab=97, layers=4, hidden=64, heads=4, kv_heads=2, dtype=torch.float32):
     torch.manual_seed(seed)
     cfg = Qwen3Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
@@ -52,3 +65,55 @@ class OracleDrafter(DFlashDrafter):
         wrong = torch.rand(B - 1, generator=self.rng) < self.p_wrong
         out[0, wrong] = (out[0, wrong] + 1) % (self.config.vocab_size - 1)
         return out
+
+
+def record_decoding(target, drafter, input_ids, max_new_tokens, **kwargs):
+    """``speculative_generate`` through the real drafter and loop, with what it did recorded.
+
+    Returns (result, calls, layer_outputs). ``calls[k]`` is step k's ``draft()`` call: ``start``,
+    the features it received (``hidden``, (1, C, L_f*H)), the drafter cache's length before and
+    after it, the ``positions`` and the ``block`` token ids the drafter forward was given, and the
+    ``draft`` it returned. ``layer_outputs[f][l]`` is the output of target decoder layer l (for
+    each l in the drafter's target_layer_ids) in target forward f: 0 the prefill, then verifies.
+    """
+    from minidflash.verifier import speculative_generate
+
+    calls, layer_outputs, current = [], [], {}
+    real_draft, real_forward = drafter.draft, drafter.forward
+    embed = target.get_input_embeddings()
+
+    def draft(target_, last_token, target_hidden, start, cache, block_size=None, context_ids=None):
+        call = {"start": start, "hidden": target_hidden.clone(), "cache_before": cache.get_seq_length()}
+        current["call"] = call
+        def embedded(module, args, out):  # the drafter embeds the block once per draft
+            call.setdefault("block", args[0].clone())
+        hook = embed.register_forward_hook(embedded)
+        try:
+            out = real_draft(target_, last_token, target_hidden, start, cache, block_size,
+                             context_ids=context_ids)
+        finally:
+            hook.remove()
+        call.update(cache_after=cache.get_seq_length(), draft=out.clone())
+        calls.append(call)
+        return out
+
+    def forward(noise_embedding, target_hidden, position_ids, *args, **kw):
+        current["call"].setdefault("positions", position_ids.clone())
+        return real_forward(noise_embedding, target_hidden, position_ids, *args, **kw)
+
+    def keep(layer_id):
+        def hook(module, args, out):
+            layer_outputs[-1][layer_id] = (out[0] if isinstance(out, tuple) else out).clone()
+        return hook
+
+    hooks = [target.register_forward_pre_hook(lambda m, args: layer_outputs.append({}))]
+    hooks += [target.model.layers[l].register_forward_hook(keep(l)) for l in drafter.target_layer_ids]
+    drafter.draft, drafter.forward = draft, forward
+    try:
+        result = speculative_generate(target, drafter, input_ids, max_new_tokens,
+                                      record_steps=True, **kwargs)
+    finally:
+        del drafter.draft, drafter.forward
+        for h in hooks:
+            h.remove()
+    return result, calls, layer_outputs

@@ -105,3 +105,23 @@ def test_save_and_load_round_trip(tmp_path):
         assert torch.equal(v, again.state_dict()[k]), k
     with pytest.raises(FileNotFoundError, match="config.json"):
         load_ar_drafter(tmp_path / "nothing")
+
+
+def test_ar_drafter_sampling_matches_target_distribution():
+    """At T = 1 the AR drafter's decode is distributed as the target's own sampling (the same
+    exact-distribution chi-square test as for DFlash, tests/test_lossless.py)."""
+    from tests.test_lossless import N_NEW, TEMP, V, chi_square_pvalue, exact_distribution
+
+    target = tiny_target(7, vocab=V, layers=2, hidden=32, heads=2, kv_heads=1)
+    with torch.no_grad():
+        target.lm_head.weight.mul_(0.1)
+    drafter = random_ar(target, 7)
+    ids = torch.tensor([[1, 2, 0]])
+    probs = exact_distribution(target, ids)
+    gen, counts, n = torch.Generator().manual_seed(0), {}, 1500
+    for _ in range(n):
+        out = speculative_generate(target, drafter, ids, N_NEW, block_size=3, temperature=TEMP,
+                                   generator=gen)
+        key = tuple(out.new_ids.tolist())
+        counts[key] = counts.get(key, 0) + 1
+    assert chi_square_pvalue(counts, probs, n) > 1e-3

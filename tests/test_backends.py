@@ -2,16 +2,40 @@
 
 On a CPU the "triton" backend runs the kernel through Triton's interpreter (conftest.py)."""
 
+import json
+
 import torch
 
-from minidflash import trainer
+from minidflash import attention, trainer
 from minidflash.attention import default_backend
 from minidflash.drafter import target_features
 from tests.helpers import random_drafter, tiny_target
 
 
-def test_default_backend_per_device():
-    assert default_backend("cpu") == "sdpa"
+def test_default_backend_per_device(monkeypatch):
+    """SDPA on a CPU and for inference anywhere; the kernel only for training on CUDA, and only
+    once a GPU run of the kernel is recorded. (default_backend only reads the device type.)"""
+    for verified in (False, True):
+        monkeypatch.setattr(attention, "kernel_verified", lambda: verified)
+        assert default_backend("cpu") == default_backend("cpu", training=True) == "sdpa"
+        assert default_backend("cuda") == default_backend(torch.device("cuda:0")) == "sdpa"
+        assert default_backend("cuda", training=True) == ("triton" if verified else "sdpa")
+
+
+def test_kernel_counts_as_verified_only_after_a_gpu_run(tmp_path):
+    """A recorded bench-kernel GPU result, error-free and close to SDPA; not a CPU smoke run."""
+    row = lambda **kw: {"method": "triton", "passes": "forward", "error": None,
+                        "max_abs_diff_vs_sdpa": 4e-3, **kw}
+    backward = row(passes="forward+backward", max_abs_diff_vs_sdpa=None)
+    cases = {"gpu": ({"smoke": False, "rows": [row(), backward]}, True),
+             "smoke": ({"smoke": True, "rows": [row()]}, False),
+             "failed": ({"smoke": False, "rows": [row(), row(error="OutOfMemoryError: ...")]}, False),
+             "wrong": ({"smoke": False, "rows": [row(max_abs_diff_vs_sdpa=0.9)]}, False),
+             "no_kernel_rows": ({"smoke": False, "rows": [row(method="sdpa")]}, False)}
+    for name, (result, verified) in cases.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(result))
+        assert attention.kernel_verified(tmp_path / f"{name}.json") is verified, name
+    assert attention.kernel_verified(tmp_path / "absent.json") is False
 
 
 def _setup():

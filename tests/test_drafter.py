@@ -5,22 +5,13 @@ import json
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+from transformers import Qwen3Config
+from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
 
 from minidflash.drafter import (DFlashDrafter, default_target_layer_ids, load_drafter,
                                 make_drafter_config)
 from minidflash.verifier import speculative_generate
-from tests.helpers import random_drafter, tiny_target
-
-PUBLISHED_NAMES = {"fc.weight", "hidden_norm.weight", "norm.weight"} | {
-    f"layers.{{i}}.{n}.weight" for n in [
-        "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-        "self_attn.q_norm", "self_attn.k_norm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
-        "input_layernorm", "post_attention_layernorm"]}
-
-
-def names_for(layers):
-    return {n.replace("{i}", str(i)) for n in PUBLISHED_NAMES for i in range(layers)}
-
+from tests.helpers import published_names, random_drafter, tiny_target
 
 def test_target_layer_ids_formula():
     assert default_target_layer_ids(36, 5) == [1, 9, 17, 25, 33]      # Qwen3-4B / 8B
@@ -37,7 +28,7 @@ def test_round_trip_writes_exactly_the_published_format(tmp_path):
     assert cfg["architectures"] == ["DFlashDraftModel"] and cfg["model_type"] == "qwen3"
     assert cfg["block_size"] == 8 and cfg["num_target_layers"] == 4
     assert cfg["dflash_config"] == {"mask_token_id": 96, "target_layer_ids": d.target_layer_ids}
-    assert set(load_file(str(tmp_path / "d" / "model.safetensors"))) == names_for(2)
+    assert set(load_file(str(tmp_path / "d" / "model.safetensors"))) == published_names(2)
     e = load_drafter(tmp_path / "d", target=target)
     for k, v in d.state_dict().items():
         assert torch.equal(v, e.state_dict()[k]), k
@@ -46,8 +37,9 @@ def test_round_trip_writes_exactly_the_published_format(tmp_path):
                        speculative_generate(target, e, ids, 20).output_ids)
 
 
-def published_checkpoint(path, target, layers=2, block_in_dflash_config=False):
-    """A checkpoint written by hand exactly as z-lab/Qwen3-8B-DFlash-b16 is laid out."""
+def published_checkpoint(path, target, layers=2, block_in_dflash_config=False, **overrides):
+    """A checkpoint written by hand exactly as z-lab/Qwen3-8B-DFlash-b16 is laid out; overrides
+    change config keys (None drops one)."""
     t = target.config
     config = {"architectures": ["DFlashDraftModel"], "auto_map": {"AutoModel": "dflash.DFlashDraftModel"},
               "model_type": "qwen3", "num_target_layers": t.num_hidden_layers,
@@ -62,6 +54,8 @@ def published_checkpoint(path, target, layers=2, block_in_dflash_config=False):
         config["dflash_config"]["block_size"] = 10
     else:
         config["block_size"] = 16
+    config.update(overrides)
+    config = {k: v for k, v in config.items() if v is not None}
     path.mkdir()
     (path / "config.json").write_text(json.dumps(config))
     H, D = t.hidden_size, t.head_dim
@@ -94,6 +88,74 @@ def test_loads_published_layout_without_remote_code(tmp_path, inner):
     ids = torch.randint(0, 96, (1, 5))
     assert torch.equal(speculative_generate(target, d, ids, 12).output_ids,
                        speculative_generate(target, None, ids, 12, block_size=1).output_ids)
+
+
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128}
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 128}
+THETA = {"rope_theta": 500000.0}
+ROPE_CONFIGS = {  # config.json keys as published drafters write them -> the RoPE they mean
+    "theta_only": (THETA, {"rope_type": "default", **THETA}),
+    "rope_scaling_yarn": ({**THETA, "rope_scaling": YARN}, {**YARN, **THETA}),
+    "rope_parameters_llama3": ({"rope_theta": None, "rope_parameters": {**LLAMA3, **THETA}},
+                               {**LLAMA3, **THETA}),
+    "rope_parameters_yarn": ({"rope_theta": None, "rope_parameters": {**YARN, **THETA}},
+                             {**YARN, **THETA}),
+}
+
+
+@pytest.mark.parametrize("kind", ROPE_CONFIGS)
+def test_rope_round_trips_in_every_spelling(tmp_path, kind):
+    """Hand-written configs of each kind load with the RoPE they mean (the same cos/sin as a
+    target built with it), and save -> load gives the same RoPE and the same drafter outputs."""
+    keys, meant = ROPE_CONFIGS[kind]
+    target = tiny_target(1)
+    published_checkpoint(tmp_path / "z", target, **keys)
+    d = load_drafter(tmp_path / "z", target=target)
+    assert dict(d.config.rope_parameters) == meant
+    reference = Qwen3Config(hidden_size=64, num_attention_heads=4, head_dim=16,
+                            max_position_embeddings=512, rope_parameters=meant)   # as the target
+    x, pos = torch.zeros(1, 1, 16), torch.arange(0, 400, 7)[None]
+    for got, want in zip(d.rotary_emb(x, pos), Qwen3RotaryEmbedding(reference)(x, pos)):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+    d.save_pretrained(tmp_path / "again")
+    cfg = json.loads((tmp_path / "again" / "config.json").read_text())
+    assert cfg["rope_parameters"] == meant and cfg["rope_theta"] == meant["rope_theta"]
+    scaling = {k: v for k, v in meant.items() if k != "rope_theta"}
+    assert cfg["rope_scaling"] == (None if meant["rope_type"] == "default" else scaling)
+    e = load_drafter(tmp_path / "again", target=target)
+    assert dict(e.config.rope_parameters) == meant
+    block, ctx = torch.randn(1, 16, 64), torch.randn(1, 300, 2 * 64)
+    pos = torch.arange(0, 316)[None]
+    assert torch.equal(d(block, ctx, pos), e(block, ctx, pos))
+
+
+def test_scaled_rope_of_the_target_survives_save_and_load(tmp_path):
+    """make_drafter_config copies the target's YaRN RoPE; the saved drafter keeps it."""
+    target = tiny_target(1)
+    target.config.rope_parameters = {**YARN, "rope_theta": 500000.0}
+    d = random_drafter(target, 1, layers=2)
+    d.save_pretrained(tmp_path / "d")
+    e = load_drafter(tmp_path / "d", target=target)
+    block, ctx, pos = torch.randn(1, 16, 64), torch.randn(1, 300, 3 * 64), torch.arange(0, 316)[None]
+    assert dict(e.config.rope_parameters) == {**YARN, "rope_theta": 500000.0}
+    assert torch.equal(d(block, ctx, pos), e(block, ctx, pos))
+
+
+@pytest.mark.parametrize("keys", [
+    {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 64,
+     "use_sliding_window": True},
+    {"layer_types": ["sliding_attention", "full_attention"]},      # window lost by transformers
+    {"use_sliding_window": True, "sliding_window": 64, "max_window_layers": 1},  # types derived
+])
+def test_sliding_window_config_is_refused(tmp_path, keys):
+    """Sliding-window layers are not implemented: refused, never run with full attention."""
+    target = tiny_target(1)
+    published_checkpoint(tmp_path / "z", target, **keys)
+    with pytest.raises(ValueError, match="'sliding_attention'.*will not silently widen"):
+        load_drafter(tmp_path / "z", target=target)
+    with pytest.raises(ValueError, match="sliding_attention"):
+        DFlashDrafter(make_drafter_config(target.config, num_hidden_layers=2, mask_token_id=5, **keys))
 
 
 def test_missing_tensor_fails_clearly(tmp_path):

@@ -3,10 +3,12 @@
 Greedy: token-for-token identical to ``target.generate(do_sample=False)``, for random targets,
 RANDOM drafters (losslessness must not depend on drafter quality), random prompts, every block
 size 2..16, lengths that cross block boundaries, and stop tokens inside a block.
-Sampling: the distribution of whole generated sequences equals the target's, exactly computed,
-under a chi-square test that a deliberately wrong acceptance rule fails.
+Sampling: the distribution of whole generated sequences equals the target's, exactly computed
+(after one verify step, and over several with a stop token), under a chi-square test that a
+deliberately wrong acceptance rule fails.
 """
 
+import itertools
 import math
 import random
 
@@ -85,25 +87,40 @@ def test_max_new_tokens_one_and_block_larger_than_budget():
 
 
 def test_caches_are_context_only_and_cropped(monkeypatch):
-    """The target cache ends at the committed length; the drafter cache holds only context."""
+    """The target cache is cropped to the committed tokens after every verify; the drafter
+    cache holds only context features (the block's K/V are never kept)."""
     target = tiny_target(5, vocab=89, layers=3)
     ids = torch.randint(0, 88, (1, 9))
     ref = plain_greedy(target, ids, 40)
     drafter = OracleDrafter(random_drafter(target, 5), torch.cat([ref, ref], 1), 0.2, seed=1)
-    seen = []
-    real_draft = drafter.draft
+    target_caches, seen = [], []
+    real_forward, real_draft = target.forward, drafter.draft
 
-    def spy(target_, last, hidden, start, cache, B=None):
+    def target_spy(*args, **kwargs):
+        cache = kwargs.get("past_key_values", kwargs.get("cache"))
+        pos = kwargs.get("position_ids")        # None at the prefill
+        # Each verify finds exactly the committed tokens before its block (t not fed yet).
+        assert cache.get_seq_length() == (0 if pos is None else int(pos[0, 0]))
+        target_caches.append(cache)
+        return real_forward(*args, **kwargs)
+
+    def spy(target_, last, hidden, start, cache, B=None, context_ids=None):
+        assert target_caches[-1].get_seq_length() == start   # cropped: rejected drafts are gone
         # Before each draft the drafter cache covers exactly the context not passed again.
         assert cache.get_seq_length() + hidden.shape[1] == start
-        out = real_draft(target_, last, hidden, start, cache, B)
+        out = real_draft(target_, last, hidden, start, cache, B, context_ids=context_ids)
         assert cache.get_seq_length() == start  # block K/V were not kept
         seen.append(start)
         return out
 
+    monkeypatch.setattr(target, "forward", target_spy)
     monkeypatch.setattr(drafter, "draft", spy)
     out = speculative_generate(target, drafter, ids, 40, block_size=8)
     assert torch.equal(out.output_ids, ref) and len(seen) == len(out.acceptance_lengths)
+    assert len(target_caches) == len(seen) + 1 and len({id(c) for c in target_caches}) == 1
+    # after the last step: every committed token but the last bonus (which is never fed)
+    assert target_caches[-1].get_seq_length() == ids.shape[1] + sum(out.acceptance_lengths)
+    assert max(out.acceptance_lengths) > 1        # crops after partial acceptances happened
 
 
 # --------------------------------------------------------------------------------------------
@@ -187,6 +204,47 @@ def test_wrong_acceptance_rule_is_caught(sampling_setup, monkeypatch):
     n = 1500
     counts = sample_counts(target, drafter, ids, n, seed=0)
     assert chi_square_pvalue(counts, probs, n) < 1e-6
+
+
+N_STOP, STOP = 4, 2   # the multi-step case: up to 4 tokens, stop token 2 (ends ~half early)
+
+
+def exact_stopped_distribution(target, ids):
+    """P(output) of every output of up to N_STOP tokens that ends at its first STOP (or has
+    N_STOP tokens), summed from the target's softmax over all V**N_STOP continuations."""
+    seqs = torch.tensor(list(itertools.product(range(V), repeat=N_STOP)))       # (V**n, n)
+    with torch.no_grad():
+        logits = target(torch.cat([ids.expand(len(seqs), -1), seqs], 1)).logits
+    logp = torch.log_softmax(logits.double() / TEMP, -1)[:, ids.shape[1] - 1:-1]   # (V**n, n, V)
+    p_seq = logp.gather(-1, seqs[:, :, None])[..., 0].sum(-1).exp()
+    probs = {}
+    for seq, p in zip(seqs.tolist(), p_seq.tolist()):
+        out = tuple(seq[:seq.index(STOP) + 1] if STOP in seq else seq)
+        probs[out] = probs.get(out, 0.0) + p
+    return probs
+
+
+def test_sampling_with_stop_token_over_several_steps(sampling_setup):
+    """T > 0 across several verify steps (B = 3, up to 4 tokens) with a stop token that ends
+    about half the outputs early, inside blocks too: the outputs' distribution is the target's.
+    Outcomes expected fewer than 5 times are pooled into one bin."""
+    target, drafter, ids, _ = sampling_setup
+    probs = exact_stopped_distribution(target, ids)
+    early = sum(p for k, p in probs.items() if len(k) < N_STOP)     # stopped before N_STOP
+    assert abs(sum(probs.values()) - 1) < 1e-9 and 0.3 < early < 0.7
+    n, gen, counts, steps = 1500, torch.Generator().manual_seed(0), {}, []
+    for _ in range(n):
+        out = speculative_generate(target, drafter, ids, N_STOP, block_size=3, temperature=TEMP,
+                                   stop_token_ids=[STOP], generator=gen)
+        key = tuple(out.new_ids.tolist())
+        counts[key] = counts.get(key, 0) + 1
+        steps.append(len(out.acceptance_lengths))
+    assert set(counts) <= set(probs), f"impossible outputs: {sorted(set(counts) - set(probs))[:5]}"
+    assert sum(s > 1 for s in steps) > n / 4     # many outputs took several verify steps
+    big = [k for k in probs if probs[k] * n >= 5]
+    obs = [counts.get(k, 0) for k in big] + [n - sum(counts.get(k, 0) for k in big)]
+    exp = [probs[k] * n for k in big] + [n * (1 - sum(probs[k] for k in big))]
+    assert stats.chisquare(obs, exp).pvalue > 1e-3
 
 
 def test_acceptance_rate_equals_p_draft():

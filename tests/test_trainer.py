@@ -116,27 +116,75 @@ def test_bug_causal_instead_of_bidirectional_block_is_caught(setup, monkeypatch)
     assert max_gap(setup) > 1e-3
 
 
-def test_labels_are_the_tokens_the_target_would_emit(setup):
-    """Slot k of the block at a is labelled x_{a+k}: on target-regenerated data that is exactly
-    the target's greedy token after x_{..a+k-1}, which is what decoding must match."""
-    target, drafter, ids, hidden, anchors = setup
-    labels = trainer.block_labels(ids, anchors, drafter.block_size)
+class Tok:
+    """The two things train() asks of a tokenizer."""
+    pad_token_id = 0
+
+    def __init__(self, mask_id):
+        self.mask_id = mask_id
+
+    def convert_tokens_to_ids(self, token):
+        return self.mask_id
+
+
+@pytest.fixture(scope="module")
+def regenerated():
+    """A target and two of its own greedy answers (equal lengths: no padding), as train() gets."""
+    target = tiny_target(21, vocab=97, layers=4)
+    torch.manual_seed(1)
+    prompts = torch.randint(1, 96, (2, 7))
+    ids = target.generate(prompts, do_sample=False, max_new_tokens=40, min_new_tokens=40,
+                          pad_token_id=0, attention_mask=torch.ones_like(prompts))   # (2, 47)
+    return target, [{"ids": row, "response_start": 7} for row in ids]
+
+
+def labels_fed_to_the_loss(target, data, out):
+    """One real train() step; the (ids, anchors, labels) its loss was given."""
+    seen, real_batch, real_loss = {}, trainer.make_batch, trainer.drafter_loss
+
+    def make_batch(*args, **kwargs):
+        batch = real_batch(*args, **kwargs)
+        seen.update(ids=batch[0], anchors=batch[1])
+        return batch
+
+    def drafter_loss(logits, labels, *args):
+        seen["labels"] = labels
+        return real_loss(logits, labels, *args)
+
+    cfg = trainer.TrainConfig(num_layers=1, block_size=6, anchors_per_seq=5, steps=1, batch_size=2,
+                              eval_every=1, out=str(out))
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(trainer, "make_batch", make_batch)
+        m.setattr(trainer, "drafter_loss", drafter_loss)
+        trainer.train(cfg, target, Tok(96), data, progress=False)
+    return seen["ids"], seen["anchors"], seen["labels"]
+
+
+def labels_are_the_target_tokens(target, ids, anchors, labels) -> bool:
+    """Slot k of the block at a must be labelled x_{a+k}: on target-regenerated data exactly the
+    target's greedy token after x_{..a+k-1}, which is what decoding must match; slot 0 none."""
     with torch.no_grad():
-        greedy = target(ids).logits[0].argmax(-1)              # greedy[p] = next token after p
-    pos = anchors[0][:, None] + torch.arange(drafter.block_size)
-    assert (labels[0, :, 0] == -100).all()
-    assert torch.equal(labels[0, :, 1:], greedy[pos[:, 1:] - 1])
+        greedy = target(ids).logits.argmax(-1)                 # greedy[:, p] = next token after p
+    pos = anchors[:, :, None] + torch.arange(labels.shape[2])  # (N, n, B)
+    want = greedy.gather(1, (pos[:, :, 1:] - 1).flatten(1)).view(pos[:, :, 1:].shape)
+    return bool((labels[:, :, 0] == -100).all()) and torch.equal(labels[:, :, 1:], want)
 
 
-def test_bug_labels_shifted_by_one_is_caught(setup):
-    """Bug: slot k labelled x_{a+k+1}. The same check as above must reject it."""
-    target, drafter, ids, hidden, anchors = setup
+def test_labels_are_the_tokens_the_target_would_emit(regenerated, tmp_path):
+    """The labels train() gives its loss, checked against the target itself."""
+    target, data = regenerated
+    ids, anchors, labels = labels_fed_to_the_loss(target, data, tmp_path / "d")
+    assert labels.shape == (2, 5, 6) and labels_are_the_target_tokens(target, ids, anchors, labels)
 
-    labels = trainer.block_labels(ids, anchors + 1, drafter.block_size)  # the buggy labelling
-    with torch.no_grad():
-        greedy = target(ids).logits[0].argmax(-1)
-    pos = anchors[0][:, None] + torch.arange(drafter.block_size)
-    assert not torch.equal(labels[0, :, 1:], greedy[pos[:, 1:] - 1])
+
+def test_bug_labels_shifted_by_one_is_caught(regenerated, tmp_path, monkeypatch):
+    """Bug planted in the trainer's own label construction: slot k labelled x_{a+k+1}. The
+    same check, on what train() then feeds its loss, must reject it."""
+    target, data = regenerated
+    real = trainer.block_labels
+    monkeypatch.setattr(trainer, "block_labels", lambda ids, anchors, B: real(ids, anchors + 1, B))
+    ids, anchors, labels = labels_fed_to_the_loss(target, data, tmp_path / "d")
+    assert not labels_are_the_target_tokens(target, ids, anchors, labels)
 
 
 # --------------------------------------------------------------------------------------------
@@ -161,14 +209,8 @@ def test_loss_weights_follow_paper():
     assert [gamma_for(b) for b in (16, 10, 8)] == [7.0, 5.0, 4.0]
 
 
-def test_short_training_run_learns_and_resumes(tmp_path):
-    """A few dozen steps on a random target's own greedy text: loss falls; resume continues."""
+def toy_training_data():
     target = tiny_target(3, vocab=61, layers=4)
-
-    class Tok:
-        pad_token_id = 0
-        def convert_tokens_to_ids(self, t):
-            return 60
     torch.manual_seed(0)
     data = []
     for _ in range(12):
@@ -176,12 +218,48 @@ def test_short_training_run_learns_and_resumes(tmp_path):
         ids = target.generate(p, do_sample=False, max_new_tokens=40, min_new_tokens=40,
                               pad_token_id=0, attention_mask=torch.ones_like(p))[0]
         data.append({"ids": ids, "response_start": 6})
+    return target, data
+
+
+def test_short_training_run_learns_and_resumes(tmp_path):
+    """A few dozen steps on a random target's own greedy text: loss falls; resume continues."""
+    target, data = toy_training_data()
     cfg = trainer.TrainConfig(num_layers=1, block_size=8, anchors_per_seq=8, steps=60,
                               batch_size=4, lr=3e-3, eval_every=30, out=str(tmp_path / "d"))
-    out = trainer.train(cfg, target, Tok(), data, progress=False)
+    out = trainer.train(cfg, target, Tok(60), data, progress=False)
     h = out["history"]["loss"]
     assert sum(h[-10:]) / 10 < 0.8 * sum(h[:10]) / 10
     assert (tmp_path / "d" / "model.safetensors").exists()
     # the checkpoint holds step 60 with the same config: a rerun resumes and trains nothing new
-    again = trainer.train(cfg, target, Tok(), data, progress=False)
+    again = trainer.train(cfg, target, Tok(60), data, progress=False)
     assert again["history"]["loss"] == h
+
+
+def test_resume_from_the_middle_equals_an_uninterrupted_run(tmp_path, monkeypatch):
+    """Killed after the step-5 checkpoint (at step 7), then rerun: the same history and weights
+    as a run never interrupted (data order, anchors, optimiser and schedule all resume)."""
+    target, data = toy_training_data()
+
+    def run(out, stop_after=None):
+        cfg = trainer.TrainConfig(num_layers=1, block_size=8, anchors_per_seq=8, steps=10,
+                                  batch_size=5, lr=3e-3, eval_every=5, out=str(out))
+        if stop_after is None:
+            return trainer.train(cfg, target, Tok(60), data, progress=False)
+        calls, real = [], trainer.make_batch
+
+        def make_batch(*args, **kwargs):
+            calls.append(1)
+            if len(calls) > stop_after:
+                raise KeyboardInterrupt("killed")
+            return real(*args, **kwargs)
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(trainer, "make_batch", make_batch)
+            with pytest.raises(KeyboardInterrupt):
+                trainer.train(cfg, target, Tok(60), data, progress=False)
+
+    whole = run(tmp_path / "whole")
+    run(tmp_path / "cut", stop_after=7)
+    resumed = run(tmp_path / "cut")
+    assert resumed["history"] == whole["history"]
+    for k, v in whole["drafter"].state_dict().items():
+        assert torch.equal(v, resumed["drafter"].state_dict()[k]), k
