@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from ..config import PROMPTS_DIR
 from ..drafter import load_drafter
 from ..target import chat_ids, load_target, stop_ids
-from ..verifier import cache_kwargs, crop_cache, speculative_generate
+from ..verifier import cache_kwargs, clock, crop_cache, speculative_generate
 from . import corpus
 from .metrics import correct, repeated_4gram_share
 
@@ -116,9 +116,9 @@ def step_times(target, drafter, context: int = 512, repeats: int = 20) -> dict:
     def median_ms(fn):
         ts = []
         for _ in range(repeats):
-            t = time.perf_counter()
+            t = clock(ids.device)
             fn()
-            ts.append(time.perf_counter() - t)
+            ts.append(clock(ids.device) - t)
         return 1e3 * sorted(ts)[len(ts) // 2]
 
     ids = torch.randint(0, 200, (1, context))

@@ -23,7 +23,6 @@ pass does not depend on them), over a cached context, as the paper's figure 3 do
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import torch
@@ -33,7 +32,7 @@ from ..ar_drafter import ARDrafter, load_ar_drafter, make_ar_config
 from ..config import TINY_AR_DRAFTER_DIR
 from ..drafter import DFlashDrafter, load_drafter, make_drafter_config
 from ..target import chat_ids, stop_ids
-from ..verifier import crop_cache, speculative_generate
+from ..verifier import clock, crop_cache, speculative_generate
 from .metrics import correct
 
 
@@ -73,9 +72,9 @@ def _generate(target, ids, max_new_tokens, stops, lookup: int | None):
                   pad_token_id=stops[0], attention_mask=torch.ones_like(ids))
     if lookup:
         kwargs["prompt_lookup_num_tokens"] = lookup
-    t0 = time.perf_counter()
+    t0 = clock(ids.device)
     out = target.generate(ids, **kwargs)
-    return out[:, ids.shape[1]:], time.perf_counter() - t0
+    return out[:, ids.shape[1]:], clock(ids.device) - t0
 
 
 def run_methods(target, tokenizer, rows, specs, drafters, max_new_tokens=256, progress=True) -> dict:
@@ -150,10 +149,10 @@ def draft_cost(target, context: int = 256, max_tokens: int = 16, repeats: int = 
         ts = {name: [] for name in drafters}
         for _ in range(repeats):           # drafters alternate call by call: same machine state
             for name, d in drafters.items():   # one committed token, then k drafted
-                t0 = time.perf_counter()
+                t0 = clock(ids.device)
                 d.draft(target, ids[:, context], feats[name][:, -1:], context, caches[name], k + 1,
                         context_ids=ids[:, context - 1:context])
-                ts[name].append(time.perf_counter() - t0)
+                ts[name].append(clock(ids.device) - t0)
                 crop_cache(caches[name], context - 1)
         for name in drafters:
             out["ms"][name].append(1e3 * sorted(ts[name])[repeats // 2])
