@@ -94,7 +94,7 @@ def plot(results: dict, path: Path) -> None:
     axes[0].set(title=f"tau (block size {B})", ylabel="tokens per verify step")
     axes[1].bar(suites, sps, color="C0")
     axes[1].axhline(1.0, color="k", lw=0.8, ls="--")
-    axes[1].set(title="speedup over plain decoding", ylabel="x")
+    axes[1].set(title="speedup over plain decoding", ylabel="speedup (x)")
     for s in suites:
         h = results["suites"][s]["block_sizes"][B]["acceptance_histogram"]
         tot = max(1, sum(h))

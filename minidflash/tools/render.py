@@ -1,8 +1,9 @@
 """Showing a decode: which tokens the drafter got right, with token boundaries you can see.
 
 One renderer for the demo (terminal), and the notebooks (HTML). Spaces are shown as ``␣``,
-newlines as ``↵`` (followed by a real line break), tabs as ``⇥``, so a reader sees exactly
-where one token ends and the next begins. Tokens that were drafted and accepted are marked;
+newlines as ``↵`` (followed by a real line break), tabs as ``⇥``, other control characters as
+their Unicode control pictures (form feed ``␌``, ...), so a reader sees exactly where one
+token ends and the next begins. Tokens that were drafted and accepted are marked;
 the others are the target's own tokens (the first token, and the bonus token that ends each
 verify step).
 """
@@ -17,10 +18,17 @@ ANSI_RESET = "\033[0m"
 OPEN, SEP, CLOSE = "\u27e6", "\u2502", "\u27e7"   # ⟦ │ ⟧ : never confused with code brackets
 
 
+def visible(text: str) -> str:
+    """Text with its whitespace and control characters made visible: ␣ space, ⇥ tab, ↵ newline
+    (kept as a line break after it), and U+2400 + code for the other control characters."""
+    text = text.replace(" ", "\u2423").replace("\t", "\u21e5").replace("\n", "\u21b5\n")
+    return "".join(chr(0x2400 + ord(c)) if ord(c) < 32 and c != "\n" else
+                   "\u2421" if c == "\x7f" else c for c in text)
+
+
 def token_text(tokenizer, token_id: int) -> str:
     """One token's text with its whitespace made visible."""
-    text = tokenizer.decode([int(token_id)])
-    return text.replace(" ", "\u2423").replace("\t", "\u21e5").replace("\n", "\u21b5\n")
+    return visible(tokenizer.decode([int(token_id)]))
 
 
 def render(tokenizer, ids: list[int], drafted: list[bool], mode: str = "plain") -> str:
