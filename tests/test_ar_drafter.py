@@ -82,6 +82,32 @@ def test_training_time_test_equals_the_inference_chain():
                                     torch.tensor([[t + 1 + j]]), cache)
 
 
+def test_drafts_equal_the_training_pass_fed_the_same_tokens():
+    """draft() (real cache, positions and token shift) proposes exactly the argmax of the
+    unrolled training pass at the chain's root row, fed the drafts themselves as tokens."""
+    target = tiny_target(4)
+    drafter = random_ar(target, 4)
+    with torch.no_grad():      # sharp attention and a strong layer: positions and tokens matter
+        for w in (drafter.midlayer.q_proj.weight, drafter.midlayer.k_proj.weight,
+                  drafter.midlayer.v_proj.weight, drafter.midlayer.o_proj.weight):
+            w.mul_(25)
+    k = 4
+    for s in (3, 11):                                    # position of the last committed token
+        ids = torch.randint(0, 96, (1, s + 1), generator=torch.Generator().manual_seed(s))
+        with torch.no_grad():
+            feats = target_features(target(ids, output_hidden_states=True).hidden_states,
+                                    drafter.target_layer_ids)
+        cache = drafter.new_cache()
+        drafts = drafter.draft(target, ids[:, s], feats[:, :s], s, cache, k + 1, context_ids=ids[:, :s])
+        seq = torch.cat([ids, drafts], 1)                                    # (1, s + 1 + k)
+        with torch.no_grad():
+            feats = target_features(target(seq, output_hidden_states=True).hidden_states,
+                                    drafter.target_layer_ids)
+            unrolled = drafter.unrolled_logits(target, seq, feats, k)
+        want = [int(unrolled[j][0, s - 1].argmax()) for j in range(k)]
+        assert drafts[0].tolist() == want, (s, drafts[0].tolist(), want)
+
+
 def test_draft_keeps_only_the_context_in_its_cache():
     target = tiny_target(2)
     drafter = random_ar(target)
@@ -125,3 +151,55 @@ def test_ar_drafter_sampling_matches_target_distribution():
         key = tuple(out.new_ids.tolist())
         counts[key] = counts.get(key, 0) + 1
     assert chi_square_pvalue(counts, probs, n) > 1e-3
+
+
+# --------------------------------------------------------------------------------------------
+# The shipped AR drafter reaches the tau recorded with it (a drafting bug lowers it; losslessness
+# alone would not notice). ``python -m tests.test_ar_drafter`` records it again after retraining.
+# --------------------------------------------------------------------------------------------
+
+AR_PROMPTS = [("arithmetic", 2), ("code", 1)]          # held out
+AR_K, AR_MAX_NEW = 8, 128
+
+
+def shipped_ar_taus() -> dict:
+    import json
+
+    from minidflash.config import PROMPTS_DIR, TINY_AR_DRAFTER_DIR
+    from minidflash.target import chat_ids, load_target, stop_ids
+
+    target, tokenizer = load_target()
+    drafter = load_ar_drafter(TINY_AR_DRAFTER_DIR, target=target)
+    taus = {}
+    for suite, i in AR_PROMPTS:
+        with open(PROMPTS_DIR / f"{suite}.jsonl") as f:
+            ids = chat_ids(tokenizer, json.loads(f.readlines()[i])["messages"])
+        plain = speculative_generate(target, None, ids, AR_MAX_NEW, block_size=1,
+                                     stop_token_ids=stop_ids(tokenizer))
+        got = speculative_generate(target, drafter, ids, AR_MAX_NEW, block_size=AR_K + 1,
+                                   stop_token_ids=stop_ids(tokenizer))
+        assert torch.equal(got.output_ids, plain.output_ids)
+        taus[f"{suite}[{i}]"] = round(got.tau, 4)
+    return taus
+
+
+def test_shipped_ar_drafter_reaches_its_recorded_tau():
+    import json
+
+    from minidflash.config import TINY_AR_DRAFTER_DIR
+
+    recorded = json.loads((TINY_AR_DRAFTER_DIR / "expected_tau.json").read_text())
+    for name, tau in shipped_ar_taus().items():
+        assert tau >= recorded["tau"][name] - 0.05, (name, tau, recorded["tau"][name])
+
+
+if __name__ == "__main__":
+    import json
+
+    from minidflash.config import TINY_AR_DRAFTER_DIR
+
+    torch.set_num_threads(1)
+    out = {"command": "PYTHONPATH=. python -m tests.test_ar_drafter", "k": AR_K,
+           "max_new_tokens": AR_MAX_NEW, "dtype": "float32", "threads": 1, "tau": shipped_ar_taus()}
+    (TINY_AR_DRAFTER_DIR / "expected_tau.json").write_text(json.dumps(out, indent=1) + "\n")
+    print(out)

@@ -36,6 +36,8 @@ VARIANTS = {
     "1 target feature": ({"num_features": 1}, [16]),
     "no target features": ({"use_target_features": False}, [16]),
     "train B=8": ({"block_size": 8}, [4, 8]),
+    # the rival at the same budget: tested with k = 4 and 8 drafted tokens (blocks of 5 and 9)
+    "AR drafter, 1 layer (EAGLE-3 style, k = 4 / 8)": ({"drafter": "ar"}, [5, 9]),
 }
 
 
