@@ -79,43 +79,79 @@ class TrainConfig:
 
 @torch.no_grad()
 def regenerate(target, tokenizer, prompts: list[dict], max_new_tokens: int = 256,
-               batch_size: int = 32, progress: bool = True) -> list[dict]:
-    """The target's own greedy answers: [{"ids": LongTensor (S,), "response_start": int}]."""
+               batch_size: int = 32, progress: bool = True, layer_ids: list[int] | None = None,
+               features_dtype=torch.float16) -> list[dict]:
+    """The target's own greedy answers: [{"ids": LongTensor (S,), "response_start": int}].
+
+    With ``layer_ids``, each row also gets ``"features"`` (S - 1, L_f*H) in ``features_dtype``:
+    the target's features (what ``target_features`` reads: the outputs of those layers) of every
+    position but the last, captured by forward hooks while ``generate`` runs, so no second pass
+    is paid. The prefill call gives the (left-padded) prompt's, each decode call the fed token's.
+    The last token never goes through the target when a row runs to max_new_tokens, and no
+    block sees it anyway (context j < anchor a <= S - B).
+    """
     stops = stop_ids(tokenizer)
     pad = tokenizer.pad_token_id
     rows = [chat_ids(tokenizer, p["messages"])[0] for p in prompts]
     order = sorted(range(len(rows)), key=lambda i: len(rows[i]))  # similar lengths together
     out = [None] * len(rows)
-    for s in tqdm(range(0, len(order), batch_size), desc="regenerate", mininterval=10,
-                  disable=not progress):
-        idx = order[s:s + batch_size]
-        width = max(len(rows[i]) for i in idx)
-        ids = torch.full((len(idx), width), pad, dtype=torch.long)
-        att = torch.zeros_like(ids)
-        for r, i in enumerate(idx):  # left padding
-            ids[r, width - len(rows[i]):] = rows[i]
-            att[r, width - len(rows[i]):] = 1
-        gen = target.generate(input_ids=ids, attention_mask=att, do_sample=False,
-                              max_new_tokens=max_new_tokens, eos_token_id=stops, pad_token_id=pad)
-        for r, i in enumerate(idx):
-            resp = gen[r, width:].tolist()
-            cut = next((k + 1 for k, t in enumerate(resp) if t in stops), len(resp))
-            out[i] = {"ids": torch.cat([rows[i], torch.tensor(resp[:cut])]),
-                      "response_start": len(rows[i])}
+    hooks, captured = [], []
+    if layer_ids is not None:  # hidden_states[i + 1] is layer i's output; the last is after the norm
+        decoder = target.model
+        last = len(decoder.layers) - 1
+        for k, i in enumerate(layer_ids):
+            captured.append([])
+            keep = lambda m, args, o, c=captured[k]: c.append((o[0] if isinstance(o, tuple) else o).detach())
+            hooks.append((decoder.norm if i == last else decoder.layers[i]).register_forward_hook(keep))
+    try:
+        for s in tqdm(range(0, len(order), batch_size), desc="regenerate", mininterval=10,
+                      disable=not progress):
+            idx = order[s:s + batch_size]
+            width = max(len(rows[i]) for i in idx)
+            ids = torch.full((len(idx), width), pad, dtype=torch.long)
+            att = torch.zeros_like(ids)
+            for r, i in enumerate(idx):  # left padding
+                ids[r, width - len(rows[i]):] = rows[i]
+                att[r, width - len(rows[i]):] = 1
+            for c in captured:
+                c.clear()
+            gen = target.generate(input_ids=ids, attention_mask=att, do_sample=False,
+                                  max_new_tokens=max_new_tokens, eos_token_id=stops, pad_token_id=pad)
+            if hooks:
+                feats = torch.cat([torch.cat(c, 1) for c in captured], -1)  # (n, W - 1, L_f*H)
+                if feats.shape[1] != gen.shape[1] - 1:
+                    raise RuntimeError(f"captured {feats.shape[1]} positions of {gen.shape[1]}: "
+                                       f"generate made other calls than one prefill + decodes")
+            for r, i in enumerate(idx):
+                resp = gen[r, width:].tolist()
+                cut = next((k + 1 for k, t in enumerate(resp) if t in stops), len(resp))
+                out[i] = {"ids": torch.cat([rows[i], torch.tensor(resp[:cut])]),
+                          "response_start": len(rows[i])}
+                if hooks:  # this row's positions 0 .. S - 2 (its left padding dropped)
+                    lo = width - len(rows[i])
+                    out[i]["features"] = feats[r, lo:width + cut - 1].to(features_dtype).clone()
+    finally:
+        for h in hooks:
+            h.remove()
     return out
 
 
 def cached_regeneration(target, tokenizer, prompts: list[dict], max_new_tokens: int = 256,
-                        progress: bool = True) -> list[dict]:
+                        progress: bool = True, layer_ids: list[int] | None = None,
+                        batch_size: int = 32) -> list[dict]:
     """regenerate(), cached in cache/ under a key of everything it depends on (the prompts, the
-    answer length and the target's weights)."""
+    answer length and the target's weights; and layer_ids when features are kept, whose cache
+    is read memory-mapped, so that data-parallel ranks share one copy)."""
     weights = next(target.parameters())
-    key = hashlib.sha1(json.dumps([prompts, max_new_tokens, float(weights.double().sum())],
-                                  sort_keys=True).encode()).hexdigest()[:12]
+    parts = [prompts, max_new_tokens, float(weights.double().sum())]
+    if layer_ids is not None:
+        parts.append(["features", list(layer_ids)])
+    key = hashlib.sha1(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:12]
     path = CACHE_DIR / f"regen-{key}.pt"
     if path.exists():
-        return torch.load(path)
-    data = regenerate(target, tokenizer, prompts, max_new_tokens, progress=progress)
+        return torch.load(path, mmap=layer_ids is not None)
+    data = regenerate(target, tokenizer, prompts, max_new_tokens, batch_size=batch_size,
+                      progress=progress, layer_ids=layer_ids)
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(data, path.with_suffix(".tmp"))
     path.with_suffix(".tmp").replace(path)
@@ -303,9 +339,14 @@ def train(cfg: TrainConfig, target, tokenizer, data: list[dict], progress=True,
     weights = loss_weights(cfg.block_size, gamma)
 
     offline = None
-    if cfg.features == "offline":  # every sequence's features once, kept in memory (fp16)
-        offline = [features_of(target, d["ids"][None], layer_ids)[0].half()
+    if cfg.features == "offline":  # every sequence's features once, kept in memory (fp16):
+        # captured while regenerating (regenerate(layer_ids=...)) or, failing that, one pass now
+        width = len(layer_ids) * target.config.hidden_size
+        offline = [d["features"] if "features" in d else features_of(target, d["ids"][None], layer_ids)[0].half()
                    for d in tqdm(data, desc="features", disable=not progress, mininterval=10)]
+        if any(f.shape[-1] != width for f in offline):
+            raise ValueError(f"cached features are not {width} wide ({len(layer_ids)} layers "
+                             f"{layer_ids}): regenerate with the drafter's target_layer_ids.")
 
     opt = torch.optim.AdamW(drafter.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     warmup = max(1, int(cfg.warmup_ratio * cfg.steps))

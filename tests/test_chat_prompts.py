@@ -1,0 +1,199 @@
+"""The chat training prompts (tools/chat_prompts.py): reproducible, and never an evaluation item."""
+
+import re
+import subprocess
+
+import pytest
+
+from minidflash.config import PROMPTS_DIR
+from minidflash.tools import chat_prompts as cp
+from minidflash.tools.corpus import read_jsonl
+from minidflash.tools.suites import HUMANEVAL_TEMPLATE, MATH_SUFFIX
+
+SUITES = ["gsm8k", "math500", "humaneval", "mtbench", "arithmetic", "code"]
+HUMANEVAL_RE = re.compile(re.escape(HUMANEVAL_TEMPLATE).replace(re.escape("{prompt}"), "(.*)"), re.S)
+CODE_RE = re.compile(re.escape(cp.CODE_PREFIX) + r"(.*)\n```", re.S)
+MIN_SUBSTRING = 40   # bodies at least this long must not occur inside one another either
+
+
+def body(content: str) -> str:
+    """The question without its template: math suffix, HumanEval or code wrapper removed."""
+    if content.endswith(MATH_SUFFIX):
+        content = content[:-len(MATH_SUFFIX)]
+    for pattern in (HUMANEVAL_RE, CODE_RE):
+        if m := pattern.fullmatch(content):
+            content = m.group(1)
+    return content
+
+
+def norm(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def text_of(row: dict) -> str:
+    (msg,) = [m for m in row["messages"] if m["role"] == "user"]
+    return msg["content"]
+
+
+@pytest.fixture(scope="module", params=["texts", "docstrings"])
+def prompts(request):
+    """More of every kind than a training run takes (all the stdlib training functions)."""
+    try:
+        n_prose = min(6000, cp.prose_capacity(request.param) // 2)
+        return cp.chat_training_prompts(n_math=6000, n_code=len(cp._code_heads()), n_prose=n_prose,
+                                        seed=0, prose_source=request.param)
+    except (subprocess.CalledProcessError, OSError) as e:   # no PyPI: the sdists are not here
+        pytest.skip(f"prose texts unavailable: {e}")
+
+
+def test_template_stripping_is_right():
+    assert body("What is 2+2?" + MATH_SUFFIX) == "What is 2+2?"
+    assert body(HUMANEVAL_TEMPLATE.format(prompt="def f(x):\n    '''doc'''")) == "def f(x):\n    '''doc'''"
+    assert body(cp.CODE_PREFIX + "def g():\n    '''doc'''\n```") == "def g():\n    '''doc'''"
+    assert norm("  A\n b\tC ") == "a b c"
+
+
+def test_builder_is_deterministic():
+    try:
+        a = cp.chat_training_prompts(50, 40, 30, seed=3)
+    except (subprocess.CalledProcessError, OSError) as e:   # no PyPI: the sdists are not here
+        pytest.skip(f"prose texts unavailable: {e}")
+    assert a == cp.chat_training_prompts(50, 40, 30, seed=3)
+    assert a != cp.chat_training_prompts(50, 40, 30, seed=4)
+    assert [r["kind"] for r in a].count("math") == 50
+    assert [r["kind"] for r in a].count("code") == 40
+    assert [r["kind"] for r in a].count("prose") == 30
+    for r in a:
+        assert [m["role"] for m in r["messages"]] == ["user"] and text_of(r).strip()
+    kinds = {r["kind"]: text_of(r) for r in a}
+    assert kinds["math"].endswith(MATH_SUFFIX)
+    assert HUMANEVAL_RE.fullmatch(kinds["code"])
+
+
+@pytest.mark.parametrize("suite", SUITES)
+def test_no_training_prompt_is_an_evaluation_item(prompts, suite):
+    evals = read_jsonl(PROMPTS_DIR / f"{suite}.jsonl")
+    assert evals
+    train_text = {text_of(r) for r in prompts}
+    train_body = {norm(body(text_of(r))) for r in prompts}
+    assert len(train_text) == len(prompts)                   # no repeats either
+    for e in evals:
+        q = text_of(e)
+        assert q not in train_text, f"{suite}: exact training prompt {q[:80]!r}"
+        assert norm(body(q)) not in train_body, f"{suite}: same question {q[:80]!r}"
+    # ... nor inside one another (a suite's question quoted in a training prompt, or a training
+    # function that is a HumanEval problem's body)
+    joined_train = "\x00".join(train_body)
+    eval_bodies = [norm(body(text_of(e))) for e in evals]
+    joined_eval = "\x00".join(eval_bodies)
+    for b in eval_bodies:
+        assert len(b) < MIN_SUBSTRING or b not in joined_train, f"{suite}: {b[:80]!r} in training"
+    for b in train_body:
+        assert len(b) < MIN_SUBSTRING or b not in joined_eval, f"{suite}: training {b[:80]!r} in it"
+
+
+def test_math_and_code_match_the_suites_templates():
+    """The held-out arithmetic problems are excluded even when asked for many; code heads come
+    from the training modules only (code.jsonl's modules are held out)."""
+    held = {norm(text_of(r)) for r in read_jsonl(PROMPTS_DIR / "arithmetic.jsonl")}
+    math = cp.math_prompts(3000, seed=0)
+    assert not held & {norm(body(text_of(r))) for r in math}
+    code = {norm(body(text_of(r))) for r in read_jsonl(PROMPTS_DIR / "code.jsonl")}
+    assert not code & {norm(h) for h in cp._code_heads()}
+
+
+# --------------------------------------------------------------------------------------------
+# Their regeneration: the target's features captured while it answers (trainer.regenerate)
+# --------------------------------------------------------------------------------------------
+
+class IdsTokenizer:
+    """A prompt's content is its token ids, space separated; pad 0."""
+    pad_token_id = 0
+
+
+def test_regenerate_captures_the_features_a_fresh_forward_gives(monkeypatch):
+    import torch
+
+    from minidflash import trainer
+    from tests.helpers import tiny_target
+
+    target = tiny_target(5, vocab=97, layers=4)
+    torch.manual_seed(2)
+    prompts = [{"messages": [{"role": "user", "content": " ".join(
+        str(t) for t in torch.randint(1, 96, (n,)).tolist())}]} for n in (4, 9, 6, 12, 7)]
+    monkeypatch.setattr(trainer, "chat_ids", lambda tok, messages: torch.tensor(
+        [[int(t) for t in messages[0]["content"].split()]]))
+    # a stop token that the first prompt's greedy answer reaches early: rows end at different steps
+    first = trainer.chat_ids(None, prompts[0]["messages"])
+    stop = int(target.generate(first, do_sample=False, max_new_tokens=4, pad_token_id=0,
+                               attention_mask=torch.ones_like(first))[0, -1])
+    monkeypatch.setattr(trainer, "stop_ids", lambda tok: [stop])
+    layer_ids = [0, 2, 3]                     # 3: the last layer, whose entry is after the norm
+    plain = trainer.regenerate(target, IdsTokenizer(), prompts, max_new_tokens=20, batch_size=5,
+                               progress=False)
+    assert all("features" not in d for d in plain)
+    for batch_size in (5, 2):                 # left padding of different widths
+        data = trainer.regenerate(target, IdsTokenizer(), prompts, max_new_tokens=20,
+                                  batch_size=batch_size, progress=False, layer_ids=layer_ids,
+                                  features_dtype=torch.float32)
+        lengths = [len(d["ids"]) - d["response_start"] for d in data]
+        assert min(lengths) < 20 and max(lengths) == 20   # some stopped early, some ran out
+        for d, p in zip(data, plain):
+            assert torch.equal(d["ids"], p["ids"]) and d["response_start"] == p["response_start"]
+            fresh = trainer.features_of(target, d["ids"][None], layer_ids)[0]      # (S, 3*H)
+            assert d["features"].dtype == torch.float32
+            assert d["features"].shape == (len(d["ids"]) - 1, fresh.shape[1])
+            assert torch.allclose(d["features"], fresh[:-1], atol=1e-5, rtol=0), \
+                (d["features"] - fresh[:-1]).abs().max()
+    half = trainer.regenerate(target, IdsTokenizer(), prompts[:2], max_new_tokens=20,
+                              progress=False, layer_ids=layer_ids)
+    assert half[0]["features"].dtype == torch.float16      # the default: fp16, as train() keeps them
+
+
+# --------------------------------------------------------------------------------------------
+# The command line: the tiny target's commands mean what they meant; --target takes these
+# --------------------------------------------------------------------------------------------
+
+def cli_run(monkeypatch, argv):
+    """What ``python -m minidflash train ARGV`` would load, regenerate and train (nothing runs)."""
+    from types import SimpleNamespace
+
+    from minidflash.tools import train_drafter as td
+
+    seen = {}
+    target = SimpleNamespace(config=SimpleNamespace(num_hidden_layers=30))
+    monkeypatch.setattr(td, "load_target", lambda name=None: (seen.update(target=name), (target, None))[1])
+    monkeypatch.setattr(td, "distributed", lambda t: (0, 1))
+    monkeypatch.setattr(td, "tiny_training_data", lambda *a, **k: (seen.update(tiny=k), [])[1])
+    monkeypatch.setattr(td, "chat_training_data", lambda *a, **k: (seen.update(chat=k), [])[1])
+    monkeypatch.setattr(td, "train", lambda cfg, t, tok, data, info: (
+        seen.update(cfg=cfg, info=info), {"info": {}})[1])
+    td.main(argv)
+    return seen
+
+
+def test_tiny_target_commands_are_unchanged(monkeypatch):
+    from minidflash.config import TINY_AR_DRAFTER_DIR, TINY_DRAFTER_DIR
+    from minidflash.trainer import TrainConfig
+
+    seen = cli_run(monkeypatch, "--num-layers 1 --steps 3000 --lr 1.5e-3".split())
+    assert seen["target"] is None and "chat" not in seen
+    assert seen["cfg"] == TrainConfig(num_layers=1, steps=3000, lr=1.5e-3, out=str(TINY_DRAFTER_DIR))
+    assert seen["tiny"] == {"seed": 0, "progress": True, "n_arithmetic": 4000, "n_code": 1000,
+                            "max_new_tokens": 256}
+    assert seen["info"] == {"data": {"n_arithmetic": 4000, "n_code": 1000, "max_new_tokens": 256}}
+    seen = cli_run(monkeypatch, "--drafter ar --ttt-steps 4 --num-layers 1 --steps 3000".split())
+    assert seen["cfg"].out == str(TINY_AR_DRAFTER_DIR)
+
+
+def test_target_option(monkeypatch):
+    name = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    seen = cli_run(monkeypatch, f"--target {name} --out /x --n-math 7 --features offline".split())
+    assert seen["target"] == name and "tiny" not in seen and seen["cfg"].out == "/x"
+    chat = seen["chat"]
+    assert (chat["n_math"], chat["n_code"], chat["n_prose"]) == (7, 1500, 1500)
+    assert chat["layer_ids"] == [1, 14, 27]        # offline: features captured while regenerating
+    assert cli_run(monkeypatch, f"--target {name} --out /x".split())["chat"]["layer_ids"] is None
+    for bad in (f"--target {name}", "--n-math 5", f"--target {name} --out /x --n-arithmetic 9"):
+        with pytest.raises(SystemExit):           # --out required; chat counts need --target
+            cli_run(monkeypatch, bad.split())
