@@ -202,12 +202,17 @@ def main(argv=None) -> dict:
     results["tau"] = sum(s["block_sizes"][B]["tau"] for s in results["suites"].values()) / len(a.suites)
     results["speedup"] = sum(s["block_sizes"][B]["speedup"] for s in results["suites"].values()) / len(a.suites)
     results["wall_s"] = round(time.time() - t0, 1)
-    if a.json:
-        path = Path(a.json)
+    write(results, a.json, plot)
+    return results
+
+
+def write(results: dict, json_path: str | None, plot_fn) -> None:
+    """The figures as JSON at json_path (if given) and their plot as a PNG beside it."""
+    if json_path:
+        path = Path(json_path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(results, indent=1) + "\n")
-        plot(results, path.with_suffix(".png"))
-    return results
+        plot_fn(results, path.with_suffix(".png"))
 
 
 def compare(a, target, tokenizer, command: str) -> dict:
@@ -240,11 +245,7 @@ def compare(a, target, tokenizer, command: str) -> dict:
         plot = m.plot_methods
     result["command"] = command
     result["threads"] = torch.get_num_threads()
-    if a.json:
-        path = Path(a.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(result, indent=1) + "\n")
-        plot(result, path.with_suffix(".png"))
+    write(result, a.json, plot)
     return result
 
 
