@@ -39,10 +39,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import DynamicCache, Qwen3Config
-from transformers.models.qwen3.modeling_qwen3 import (Qwen3MLP, Qwen3RMSNorm,
-                                                      Qwen3RotaryEmbedding, rotate_half)
+from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding
 
-from .drafter import default_target_layer_ids
+from .drafter import apply_rope, default_target_layer_ids, target_shape
 
 TTT_DECAY = 0.8          # EAGLE-3's per-step loss weight
 MAX_DRAFT = 16           # longest chain the verifier may ask for (block size 17)
@@ -50,28 +49,13 @@ MAX_DRAFT = 16           # longest chain the verifier may ask for (block size 17
 
 def make_ar_config(target_config, target_layer_ids=None, max_draft: int = MAX_DRAFT) -> Qwen3Config:
     """A one-layer config shaped after the target's (same hidden size, heads and RoPE)."""
-    t = target_config
-    fields = dict(hidden_size=t.hidden_size, intermediate_size=t.intermediate_size,
-                  num_attention_heads=t.num_attention_heads,
-                  num_key_value_heads=t.num_key_value_heads,
-                  head_dim=getattr(t, "head_dim", t.hidden_size // t.num_attention_heads),
-                  rms_norm_eps=t.rms_norm_eps, max_position_embeddings=t.max_position_embeddings,
-                  vocab_size=t.vocab_size, num_hidden_layers=1)
-    rope = getattr(t, "rope_parameters", None)
-    if rope:
-        fields["rope_parameters"] = dict(rope)
-    else:
-        fields["rope_theta"] = getattr(t, "rope_theta", 1e6)
-    config = Qwen3Config(**fields)
+    config = Qwen3Config(num_hidden_layers=1, **target_shape(target_config))
     config.architectures = ["ARDrafter"]
     config.block_size = max_draft + 1
-    config.num_target_layers = t.num_hidden_layers
-    config.target_layer_ids = list(target_layer_ids or default_target_layer_ids(t.num_hidden_layers, 3))
+    T = target_config.num_hidden_layers
+    config.num_target_layers = T
+    config.target_layer_ids = list(target_layer_ids or default_target_layer_ids(T, 3))
     return config
-
-
-def _rope(x, cos, sin):  # x (N, h, T, D), cos/sin (N, T, D)
-    return x * cos.unsqueeze(1) + rotate_half(x) * sin.unsqueeze(1)
 
 
 class ARLayer(nn.Module):
@@ -96,8 +80,8 @@ class ARLayer(nn.Module):
         N, T, _ = emb.shape
         x = torch.cat([self.input_layernorm(emb), self.hidden_norm(g)], -1)   # (N, T, 2H)
         heads = lambda t, h: t.view(N, T, h, self.head_dim).transpose(1, 2)
-        q = _rope(heads(self.q_proj(x), self.n_heads), cos, sin)
-        k = _rope(heads(self.k_proj(x), self.n_kv_heads), cos, sin)
+        q = apply_rope(heads(self.q_proj(x), self.n_heads), cos, sin)
+        k = apply_rope(heads(self.k_proj(x), self.n_kv_heads), cos, sin)
         return q, k, heads(self.v_proj(x), self.n_kv_heads)
 
     def finish(self, attn, g):

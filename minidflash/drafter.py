@@ -79,17 +79,7 @@ def make_drafter_config(target_config, num_hidden_layers: int = 1,
     if target_layer_ids is None:
         target_layer_ids = default_target_layer_ids(t.num_hidden_layers,
                                                      num_features or num_hidden_layers)
-    fields = dict(hidden_size=t.hidden_size, intermediate_size=t.intermediate_size,
-                  num_attention_heads=t.num_attention_heads,
-                  num_key_value_heads=t.num_key_value_heads,
-                  head_dim=getattr(t, "head_dim", t.hidden_size // t.num_attention_heads),
-                  rms_norm_eps=t.rms_norm_eps, rope_parameters=getattr(t, "rope_parameters", None),
-                  max_position_embeddings=t.max_position_embeddings, vocab_size=t.vocab_size,
-                  tie_word_embeddings=False)
-    fields.update(overrides)
-    if fields["rope_parameters"] is None:
-        fields.pop("rope_parameters")
-        fields["rope_theta"] = getattr(t, "rope_theta", 1e6)
+    fields = {**target_shape(t), **overrides}
     config = Qwen3Config(num_hidden_layers=num_hidden_layers, **fields)
     config.architectures = ["DFlashDraftModel"]
     config.block_size = block_size
@@ -98,7 +88,25 @@ def make_drafter_config(target_config, num_hidden_layers: int = 1,
     return config
 
 
-def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def target_shape(t) -> dict:
+    """The Qwen3Config fields a drafter copies from its target's config: hidden size, heads,
+    head dim, norm eps, RoPE (``rope_parameters``, or ``rope_theta`` from older configs),
+    positions and vocabulary. Shared by both drafters (DFlash and ``ar_drafter``)."""
+    fields = dict(hidden_size=t.hidden_size, intermediate_size=t.intermediate_size,
+                  num_attention_heads=t.num_attention_heads,
+                  num_key_value_heads=t.num_key_value_heads,
+                  head_dim=getattr(t, "head_dim", t.hidden_size // t.num_attention_heads),
+                  rms_norm_eps=t.rms_norm_eps, max_position_embeddings=t.max_position_embeddings,
+                  vocab_size=t.vocab_size, tie_word_embeddings=False)
+    rope = getattr(t, "rope_parameters", None)
+    if rope:
+        fields["rope_parameters"] = dict(rope)
+    else:
+        fields["rope_theta"] = getattr(t, "rope_theta", 1e6)
+    return fields
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotary embedding of x (N, h, T, D) with cos/sin (N, T, D)."""
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
     return x * cos + rotate_half(x) * sin
@@ -128,8 +136,8 @@ class DrafterAttention(nn.Module):
         q = self.q_norm(heads(self.q_proj(x), self.n_heads))                   # (N, Hq, Q, D)
         k = self.k_norm(heads(self.k_proj(torch.cat([c, x], 1)), self.n_kv_heads))  # (N, Hkv, C+Q, D)
         v = heads(self.v_proj(torch.cat([c, x], 1)), self.n_kv_heads)          # (N, Hkv, C+Q, D)
-        q = _rope(q, cos[:, C:], sin[:, C:])
-        k = _rope(k, cos, sin)
+        q = apply_rope(q, cos[:, C:], sin[:, C:])
+        k = apply_rope(k, cos, sin)
         k_ctx, k_blk = k[:, :, :C], k[:, :, C:]
         v_ctx, v_blk = v[:, :, :C], v[:, :, C:]
         if cache is not None:  # append the new context K/V; the block's are never stored
