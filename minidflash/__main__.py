@@ -9,6 +9,7 @@
     parity         numerical parity with the authors' reference code (--reference DIR)
     bench-kernel   the Triton kernel against SDPA and FlexAttention (a GPU)
     suites         rewrite data/prompts/<suite>.jsonl from the published wheels
+    tau-curve      tau against training steps, decoding with snapshots of a training run
 
 ``python -m minidflash <command> --help`` for each command's options.
 """
@@ -28,6 +29,7 @@ COMMANDS = {  # command -> (module in minidflash.tools, keyword arguments of its
     "parity": ("parity", {}),
     "bench-kernel": ("bench_kernel", {}),
     "suites": ("suites", {}),
+    "tau-curve": ("tau_curve", {}),
 }
 
 

