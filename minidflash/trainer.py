@@ -437,12 +437,16 @@ def train(cfg: TrainConfig, target, tokenizer, data: list[dict], progress=True,
     return {"drafter": drafter, "history": history, "info": info}
 
 
+def smooth(xs: list[float], k: int = 25) -> list[float]:
+    """Running mean over the last k + 1 values (fewer at the start): a training curve's trend."""
+    return [sum(xs[max(0, i - k):i + 1]) / len(xs[max(0, i - k):i + 1]) for i in range(len(xs))]
+
+
 def plot_history(history: dict, path: Path) -> None:
     from matplotlib.figure import Figure   # no pyplot: leaves the caller's backend alone
 
     if not history["step"]:
         return
-    smooth = lambda xs, k=25: [sum(xs[max(0, i - k):i + 1]) / len(xs[max(0, i - k):i + 1]) for i in range(len(xs))]
     fig = Figure(figsize=(10, 3.5))
     a, b = fig.subplots(1, 2)
     a.plot(history["step"], smooth(history["loss"]))

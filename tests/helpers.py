@@ -117,3 +117,41 @@ def record_decoding(target, drafter, input_ids, max_new_tokens, **kwargs):
         for h in hooks:
             h.remove()
     return result, calls, layer_outputs
+
+
+# --------------------------------------------------------------------------------------------
+# A shipped drafter's recorded tau (<drafter dir>/expected_tau.json)
+# --------------------------------------------------------------------------------------------
+
+TAU_MARGIN = 0.05        # float noise across machines, not a bug: one step more or less is ~0.15
+
+
+def weights_sha256(drafter_dir) -> str:
+    import hashlib
+
+    return hashlib.sha256((drafter_dir / "model.safetensors").read_bytes()).hexdigest()
+
+
+def check_recorded_tau(drafter_dir, taus: dict, record_command: str) -> None:
+    """taus {prompt name: tau} agree with expected_tau.json, recorded for these very weights."""
+    import json
+
+    expected_path = drafter_dir / "expected_tau.json"
+    expected = json.loads(expected_path.read_text())
+    assert expected["drafter_sha256"] == weights_sha256(drafter_dir), (
+        f"{drafter_dir.parent.name}/{drafter_dir.name}/model.safetensors changed since "
+        f"{expected_path.name} was recorded: record it again with `{record_command}`")
+    for name, tau in expected["tau"].items():
+        assert abs(taus[name] - tau) <= TAU_MARGIN, (
+            f"{name}: tau {taus[name]:.3f}, recorded {tau:.3f} (margin {TAU_MARGIN}): the draft "
+            f"path changed; if on purpose, record again with `{record_command}`")
+
+
+def record_tau(drafter_dir, taus: dict, record_command: str, **about) -> dict:
+    """Write expected_tau.json for the drafter's current weights; ``about``: how it was measured."""
+    import json
+
+    out = {"command": record_command, **about, "drafter_sha256": weights_sha256(drafter_dir),
+           "tau": {name: round(t, 4) for name, t in taus.items()}}
+    (drafter_dir / "expected_tau.json").write_text(json.dumps(out, indent=1) + "\n")
+    return out

@@ -15,7 +15,6 @@ drafter on fixed held-out prompts, in fp32 on one CPU thread:
   absolute, and the block is [last token, MASK, ..., MASK] with the configured mask token.
 """
 
-import hashlib
 import json
 import sys
 
@@ -26,17 +25,11 @@ from minidflash import trainer
 from minidflash.config import PAPER, PROMPTS_DIR, TINY_DRAFTER_DIR
 from minidflash.drafter import load_drafter
 from minidflash.target import chat_ids, load_target, stop_ids
-from tests.helpers import record_decoding
+from tests.helpers import check_recorded_tau, record_decoding, record_tau
 
-EXPECTED = TINY_DRAFTER_DIR / "expected_tau.json"
 PROMPTS = [("arithmetic", 2), ("arithmetic", 3), ("code", 1), ("code", 2)]   # held out
 MAX_NEW_TOKENS = 128
-TAU_MARGIN = 0.05        # float noise across machines, not a bug: one step more or less is ~0.15
 RECORD_COMMAND = "PYTHONPATH=. python -m tests.test_drafting"
-
-
-def drafter_sha256() -> str:
-    return hashlib.sha256((TINY_DRAFTER_DIR / "model.safetensors").read_bytes()).hexdigest()
 
 
 def prompt_ids(tokenizer, suite, index):
@@ -87,16 +80,8 @@ def test_proposed_drafts_equal_training_pass(shipped):
 
 
 def test_shipped_drafter_reaches_recorded_tau(shipped):
-    expected = json.loads(EXPECTED.read_text())
-    assert expected["drafter_sha256"] == drafter_sha256(), (
-        f"data/drafter/model.safetensors changed since {EXPECTED.name} was recorded: "
-        f"record it again with `{RECORD_COMMAND}`")
     _, _, _, runs = shipped
-    taus = {name: out.tau for name, out, _, _ in runs}
-    for name, tau in expected["tau"].items():
-        assert abs(taus[name] - tau) <= TAU_MARGIN, (
-            f"{name}: tau {taus[name]:.3f}, recorded {tau:.3f} (margin {TAU_MARGIN}): the draft "
-            f"path changed; if on purpose, record again with `{RECORD_COMMAND}`")
+    check_recorded_tau(TINY_DRAFTER_DIR, {name: out.tau for name, out, _, _ in runs}, RECORD_COMMAND)
 
 
 def test_target_layer_ids_are_decoder_layer_outputs(shipped):
@@ -152,10 +137,8 @@ def test_block_is_last_token_then_mask_at_absolute_positions(shipped):
 def record():
     """Decode the prompts and write the taus the test expects."""
     _, _, _, runs = decode_prompts()
-    data = {"command": RECORD_COMMAND, "max_new_tokens": MAX_NEW_TOKENS, "dtype": "float32",
-            "threads": 1, "drafter_sha256": drafter_sha256(),
-            "tau": {name: round(out.tau, 4) for name, out, _, _ in runs}}
-    EXPECTED.write_text(json.dumps(data, indent=1) + "\n")
+    data = record_tau(TINY_DRAFTER_DIR, {name: out.tau for name, out, _, _ in runs}, RECORD_COMMAND,
+                      max_new_tokens=MAX_NEW_TOKENS, dtype="float32", threads=1)
     print(json.dumps(data, indent=1))
 
 

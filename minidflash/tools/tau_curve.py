@@ -23,6 +23,7 @@ import torch
 from ..config import PROMPTS_DIR
 from ..drafter import load_drafter
 from ..target import chat_ids, load_target, stop_ids
+from ..trainer import smooth
 from ..verifier import speculative_generate
 from . import corpus
 
@@ -91,13 +92,10 @@ def main(argv=None) -> dict:
         print(f"step {state['step']:>6}: " + "  ".join(f"{s} {t:.2f}" for s, t in points[-1]["tau"].items()),
               flush=True)
     h = states[-1]["history"]
-    k = 25
-    smooth = [sum(h["tau"][max(0, i - k):i + 1]) / len(h["tau"][max(0, i - k):i + 1])
-              for i in range(len(h["tau"]))]
     result = {"command": "python -m minidflash tau-curve " + " ".join(sys.argv[1:] if argv is None else argv),
               "suites": a.suites, "n": a.n, "max_new_tokens": a.max_new_tokens,
               "threads": torch.get_num_threads(), "points": points,
-              "training_anchors": {"step": h["step"][::10], "tau": smooth[::10]}}
+              "training_anchors": {"step": h["step"][::10], "tau": smooth(h["tau"])[::10]}}
     if a.json:
         path = Path(a.json)
         path.parent.mkdir(parents=True, exist_ok=True)

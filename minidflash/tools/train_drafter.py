@@ -187,9 +187,9 @@ def main(argv=None) -> dict:
             print(f"{len(data)} regenerated sequences, "
                   f"{sum(len(d['ids']) - d['response_start'] for d in data)} response tokens")
         return {"data": data_args, "sequences": len(data)}
-    info = {"data": data_args} if target_name is None else {"target": target_name, "data": data_args}
     if use_shards is not None:
-        info["data"] = {**data_args, "use_shards": use_shards}
+        data_args["use_shards"] = use_shards
+    info = {"data": data_args} if target_name is None else {"target": target_name, "data": data_args}
     info["command"] = ("torchrun --nproc_per_node {world} -m minidflash train " if world > 1 else
                        "python -m minidflash train ").format(world=world) + " ".join(
         sys.argv[1:] if argv is None else argv)
