@@ -26,6 +26,21 @@ def test_every_method_decodes_what_plain_decoding_does(tiny):
         assert r["speedup"] > 0
     assert out["methods"]["plain"]["tau"] == 1.0 and out["methods"]["dflash:4"]["tau"] >= 1.0
     assert out["methods"]["lookup:3"]["tau"] is None
+    # the loop split covers every prompt: tau is the prompt-weighted mean of its two halves
+    n_loop, d = out["looping_prompts"], out["methods"]["dflash:4"]
+    halves = [(n_loop, d["tau_looping"]), (2 - n_loop, d["tau_not_looping"])]
+    assert d["tau"] == pytest.approx(sum(n * t for n, t in halves if n) / 2)
+    assert d["layers"] == 1 and out["methods"]["plain"]["layers"] is None
+
+
+def test_families_group_depths_and_chain_lengths():
+    fig = lambda layers, ms: {"layers": layers, "draft_ms_per_step": ms, "speedup": 1.0, "tau": 2.0}
+    curves = methods.families({"plain": fig(None, 0.0), "dflash:16@d5": fig(5, 6.0),
+                               "dflash:16": fig(1, 2.0), "dflash:16@d3": fig(3, 4.0),
+                               "dflash:8": fig(1, 1.5), "ar:8": fig(1, 7.0), "ar:4": fig(1, 4.0),
+                               "lookup:10": fig(None, 0.0)})
+    assert {n: [p for p, _ in c] for n, c in curves.items()} == {
+        "DFlash, B = 16": ["1L", "3L", "5L"], "DFlash, B = 8": ["1L"], "AR, 1 layer": ["k=4", "k=8"]}
 
 
 def test_method_names_are_checked():

@@ -242,7 +242,10 @@ def compare(a, target, tokenizer, command: str) -> dict:
                 print(f"{suite:>11} {spec:>28}  tau {tau}  {split}TPOT {s['tpot_ms']:5.1f} ms  "
                       f"speedup {s['speedup']:.2f}x  identical {s['identical']}")
         result["wall_s"] = round(time.time() - t0, 1)
-        plot = m.plot_methods
+
+        def plot(results, path):            # the bars, and the depth figure beside them
+            m.plot_methods(results, path)
+            m.plot_depth(results, path.with_name(path.stem + "_depth.png"))
     result["command"] = command
     result["threads"] = torch.get_num_threads()
     write(result, a.json, plot)

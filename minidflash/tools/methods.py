@@ -12,8 +12,9 @@ The paper's comparison (DFlash against EAGLE-3) plus what a user has without tra
 A drafter other than the shipped one is named with ``@PATH`` (``dflash:16@data/dflash_1000``).
 Methods run one after the other on each prompt, their order rotating prompt by prompt, so all
 see the same machine state. Reported per suite and method: tau, draft and verify ms per step,
-TPOT, speedup over plain (mean plain TPOT / mean TPOT), and whether the output is identical to
-plain decoding. transformers' ``generate`` gives no split of its time: its TPOT is its wall
+TPOT, speedup over plain (mean plain TPOT / mean TPOT), whether the output is identical to
+plain decoding, the drafter's depth, and tau split between looping answers (a repeated-4-gram
+share above ``metrics.LOOPING``) and the rest: loops are easy to draft and lift tau. transformers' ``generate`` gives no split of its time: its TPOT is its wall
 time less the prefill time measured for the same prompt by plain decoding, per new token.
 
 ``--draft-cost`` instead times one drafter call against the number of drafted tokens (1..16)
@@ -33,7 +34,7 @@ from ..config import TINY_AR_DRAFTER_DIR
 from ..drafter import DFlashDrafter, load_drafter, make_drafter_config
 from ..target import chat_ids, stop_ids
 from ..verifier import clock, crop_cache, speculative_generate
-from .metrics import correct
+from .metrics import LOOPING, correct, repeated_4gram_share
 
 
 def parse(spec: str) -> tuple[str, int, str | None]:
@@ -83,6 +84,7 @@ def run_methods(target, tokenizer, rows, specs, drafters, max_new_tokens=256, pr
     specs = ["plain"] + [s for s in specs if s != "plain"]
     per = {s: {"tpot": [], "tau": [], "draft_ms": [], "verify_ms": [], "same": [], "correct": []}
            for s in specs}
+    looping = []                                  # per prompt: does plain decoding's answer loop?
     for i, row in enumerate(tqdm(rows, desc="prompts", disable=not progress, leave=False)):
         ids = chat_ids(tokenizer, row["messages"])
         order = specs[i % len(specs):] + specs[:i % len(specs)]       # rotate who goes first
@@ -98,6 +100,7 @@ def run_methods(target, tokenizer, rows, specs, drafters, max_new_tokens=256, pr
                                      stop_token_ids=stops)
             results[spec] = {"new": r.new_ids.tolist(), "result": r}
         plain = results["plain"]["result"]
+        looping.append(repeated_4gram_share(results["plain"]["new"]) > LOOPING)
         for spec in specs:
             p, got = per[spec], results[spec]
             if "result" in got:
@@ -116,11 +119,15 @@ def run_methods(target, tokenizer, rows, specs, drafters, max_new_tokens=256, pr
     out = {}
     for spec, p in per.items():
         checks = [c for c in p["correct"] if c is not None]
-        out[spec] = {"tau": mean(p["tau"]), "draft_ms_per_step": mean(p["draft_ms"]),
+        split = {f"tau_{name}": mean([t for t, loop in zip(p["tau"], looping) if loop == want])
+                 for name, want in (("looping", True), ("not_looping", False))} if p["tau"] else {}
+        drafter = drafters.get(spec)
+        out[spec] = {"tau": mean(p["tau"]), **split, "draft_ms_per_step": mean(p["draft_ms"]),
                      "verify_ms_per_step": mean(p["verify_ms"]), "tpot_ms": 1e3 * mean(p["tpot"]),
                      "speedup": base / mean(p["tpot"]), "identical": all(p["same"]),
-                     "accuracy": mean(checks) if checks else None}
-    return {"prompts": len(rows), "methods": out}
+                     "accuracy": mean(checks) if checks else None,
+                     "layers": None if drafter is None else drafter.config.num_hidden_layers}
+    return {"prompts": len(rows), "looping_prompts": sum(looping), "methods": out}
 
 
 @torch.no_grad()
@@ -192,5 +199,46 @@ def plot_draft_cost(cost: dict, path: Path) -> None:
     ax.set(xlabel="drafted tokens", ylabel="ms per drafter call",
            title=f"draft cost, context {cost['context']}, {cost['threads']} thread(s)")
     ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def families(methods: dict) -> dict[str, list[tuple[str, dict]]]:
+    """Group a suite's drafting methods into curves: DFlash at one block size over its depths,
+    the AR drafter over k. Each curve: [(point label, figures)] sorted by draft time."""
+    curves = {}
+    for spec, s in methods.items():
+        kind, k, _ = parse(spec)
+        if kind == "dflash":
+            name, label = f"DFlash, B = {k}", f"{s['layers']}L"
+        elif kind == "ar":
+            name, label = f"AR, {s['layers']} layer", f"k={k}"
+        else:
+            continue
+        curves.setdefault(name, []).append((label, s))
+    return {n: sorted(c, key=lambda p: p[1]["draft_ms_per_step"]) for n, c in curves.items()}
+
+
+def plot_depth(results: dict, path: Path) -> None:
+    """Speedup and tau against draft ms per step: DFlash deeper, the AR drafter longer."""
+    from matplotlib.figure import Figure
+
+    suites = list(results["suites"])
+    fig = Figure(figsize=(5.2 * len(suites), 7))
+    axes = fig.subplots(2, len(suites), squeeze=False)
+    for col, suite in enumerate(suites):
+        for i, (name, curve) in enumerate(families(results["suites"][suite]["methods"]).items()):
+            xs = [s["draft_ms_per_step"] for _, s in curve]
+            for row, key in enumerate(("speedup", "tau")):
+                ys = [s[key] for _, s in curve]
+                ax = axes[row, col]
+                ax.plot(xs, ys, "s-" if name.startswith("DFlash") else "o--", color=f"C{i}", label=name)
+                for (label, _), x, y in zip(curve, xs, ys):
+                    ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        axes[0, col].axhline(1.0, color="k", lw=0.8, ls=":")
+        axes[0, col].set(title=f"{suite} ({results['threads']} thread{'s' if results['threads'] > 1 else ''})",
+                         ylabel="speedup over plain (x)")
+        axes[1, col].set(xlabel="draft ms per step", ylabel="tau (tokens per target pass)")
+        axes[0, col].legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=100)

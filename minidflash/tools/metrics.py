@@ -13,6 +13,9 @@ import tempfile
 from pathlib import Path
 
 
+LOOPING = 0.25   # an answer "loops" when more than this share of its 4-grams repeat earlier ones
+
+
 def repeated_4gram_share(ids: list[int]) -> float:
     """Share of the 4-grams of a response that already occurred earlier in it."""
     seen, rep, grams = set(), 0, [tuple(ids[i:i + 4]) for i in range(len(ids) - 3)]
