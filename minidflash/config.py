@@ -51,3 +51,13 @@ SMOLLM2_DRAFTER_DIR = DATA_DIR / "smollm2_drafter"  # its DFlash drafter, traine
 PROMPTS_DIR = DATA_DIR / "prompts"
 RESULTS_DIR = DATA_DIR / "results"
 CACHE_DIR = ROOT / "cache"            # regenerated training data (not shipped)
+
+
+def repo_relative(path) -> str:
+    """How a recorded file names a path: relative to the repository when inside it (the same on
+    every clone, e.g. ``data/drafter``), otherwise as given."""
+    p = Path(path)
+    try:
+        return p.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return str(path)

@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 
 from .attention import check_backend, default_backend
 from .config import (CACHE_DIR, PAPER, TINY_ANCHORS_PER_SEQ, TINY_DRAFTER_DIR, TINY_NUM_FEATURES,
-                     TINY_NUM_LAYERS, gamma_for)
+                     TINY_NUM_LAYERS, gamma_for, repo_relative)
 from .ar_drafter import TTT_DECAY, ARDrafter, make_ar_config
 from .drafter import DFlashDrafter, default_target_layer_ids, make_drafter_config, target_features
 from .target import chat_ids, mask_token_id, stop_ids
@@ -427,7 +427,8 @@ def train(cfg: TrainConfig, target, tokenizer, data: list[dict], progress=True,
                        ckpt / "state.tmp")
             (ckpt / "state.tmp").replace(ckpt / "state.pt")
     drafter.eval().requires_grad_(False)
-    info = {**(info or {}), "config": asdict(cfg), "wall_s": round(time.time() - t0, 1), "sequences": len(data),
+    config = {**asdict(cfg), "out": repo_relative(cfg.out)}   # no machine's absolute path
+    info = {**(info or {}), "config": config, "wall_s": round(time.time() - t0, 1), "sequences": len(data),
             "final_loss": history["loss"][-1] if history["loss"] else None,
             "final_tau_train_anchors": sum(history["tau"][-50:]) / max(1, len(history["tau"][-50:]))}
     if rank == 0:

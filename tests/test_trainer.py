@@ -1,13 +1,14 @@
 """The training recipe (paper section 4.2): the visibility rule, train/inference agreement, and a
 regression test named after each bug that public training code has shipped."""
 
+import json
 import math
 
 import pytest
 import torch
 
 import minidflash.mask as mask_mod
-from minidflash import trainer
+from minidflash import config, trainer
 from minidflash.config import PAPER, gamma_for
 from minidflash.drafter import target_features
 from minidflash.mask import block_mask
@@ -263,3 +264,34 @@ def test_resume_from_the_middle_equals_an_uninterrupted_run(tmp_path, monkeypatc
     assert resumed["history"] == whole["history"]
     for k, v in whole["drafter"].state_dict().items():
         assert torch.equal(v, resumed["drafter"].state_dict()[k]), k
+
+
+def test_training_json_names_its_folder_as_every_clone_would(tmp_path, monkeypatch):
+    """training.json records the output folder relative to the repository (``data/d``), never the
+    absolute path of the machine that trained it; a folder outside the repository is kept as
+    given. tmp_path/repo stands in for the repository."""
+    target, data = toy_training_data()
+    monkeypatch.setattr(config, "ROOT", tmp_path / "repo")
+    for out, recorded in ((tmp_path / "repo" / "data" / "d", "data/d"),
+                          (tmp_path / "elsewhere", str(tmp_path / "elsewhere"))):
+        cfg = trainer.TrainConfig(num_layers=1, block_size=8, anchors_per_seq=8, steps=1,
+                                  batch_size=2, eval_every=1, out=str(out))
+        trainer.train(cfg, target, Tok(60), data, progress=False)
+        assert json.loads((out / "training.json").read_text())["info"]["config"]["out"] == recorded
+
+
+def test_shipped_training_records_hold_no_absolute_path():
+    """No file shipped in data/ names a folder of the machine that made it."""
+    def strings(x):
+        if isinstance(x, dict):
+            return [s for v in x.values() for s in strings(v)]
+        if isinstance(x, list):
+            return [s for v in x for s in strings(v)]
+        return [x] if isinstance(x, str) else []
+
+    records = sorted(config.DATA_DIR.glob("*/training.json"))
+    assert len(records) >= 4        # the target and the three shipped drafters at least
+    for path in records:
+        info = json.loads(path.read_text()).get("info", {})
+        absolute = [s for s in strings(info) if s.startswith("/") or s[1:3] in (":\\", ":/")]
+        assert not absolute, f"{path.relative_to(config.ROOT)} records {absolute}"
