@@ -7,6 +7,9 @@ Two backends compute the same thing:
   (no mask at all at inference, where one block follows all the context and sees everything);
 * ``"triton"``: the kernel of ``kernel.py``, which skips the tiles no query sees.
 
+Triton has Linux wheels only: without it ``"triton"`` falls back to SDPA with a warning
+(``check_backend``), and only ``kernel.py`` cannot be imported.
+
 ``default_backend`` picks SDPA everywhere except for *training on CUDA once the kernel has a
 recorded GPU result* (``data/results/kernel_bench.json``, written by ``python -m minidflash
 bench-kernel`` on a GPU, not ``--cpu-smoke``): a kernel nobody has run on a GPU is not a default.
@@ -15,7 +18,10 @@ Inference stays on SDPA (one block after all the context needs no mask at all).
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
+import warnings
 from pathlib import Path
 
 import torch
@@ -42,21 +48,33 @@ def kernel_verified(path=KERNEL_RESULT) -> bool:
             and all(d is not None and d < 0.1 for d in diffs))
 
 
+@functools.cache
+def triton_available() -> bool:
+    """True when Triton can be imported (Linux wheels only)."""
+    try:
+        return importlib.util.find_spec("triton") is not None
+    except (ImportError, ValueError):       # e.g. sys.modules["triton"] = None
+        return False
+
+
 def default_backend(device="cpu", training: bool = False) -> str:
     """The switch's default: torch SDPA, except the Triton kernel for training on a CUDA device
     once ``kernel_verified()`` (on a CPU Triton only runs in its slow interpreter, for tests)."""
-    if training and torch.device(device).type == "cuda" and kernel_verified():
-        try:
-            import triton  # noqa: F401
-            return "triton"
-        except ImportError:
-            pass
+    if training and torch.device(device).type == "cuda" and kernel_verified() and triton_available():
+        return "triton"
     return "sdpa"
 
 
 def check_backend(backend: str) -> str:
+    """The backend to run: ``backend`` itself, or "sdpa" (with a warning) for "triton" where Triton
+    is not installed; the two compute the same attention."""
     if backend not in BACKENDS:
         raise ValueError(f"attention backend {backend!r} is not one of {BACKENDS}")
+    if backend == "triton" and not triton_available():
+        warnings.warn("the 'triton' attention backend needs Triton, which is not installed (it "
+                      "has Linux wheels only: pip install triton==3.9.0); using torch SDPA, "
+                      "which computes the same attention.", RuntimeWarning, stacklevel=2)
+        return "sdpa"
     return backend
 
 

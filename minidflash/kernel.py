@@ -78,8 +78,14 @@ import math
 import types
 
 import torch
-import triton
-import triton.language as tl
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError as e:   # no Triton wheel for macOS or Windows: only this module needs it
+    raise ImportError("minidflash.kernel needs Triton, which has Linux wheels only "
+                      "(pip install triton==3.9.0). Everything else runs without it: the "
+                      "drafter's attention then uses torch SDPA (minidflash.attention).") from e
 
 from .mask import dense_mask, visible
 

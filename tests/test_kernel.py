@@ -7,10 +7,14 @@ so the shapes are small; they are chosen odd so that every tile has a ragged edg
 import pytest
 import torch
 
-from minidflash.attention import attend
-from minidflash.kernel import (block_attention, block_attention_reference, count_visited_tiles,
-                               tile_schedule)
-from minidflash.mask import block_mask
+pytest.importorskip("triton", reason="the kernel needs Triton (Linux wheels only); without it "
+                    "the drafter's attention runs on torch SDPA (tests/test_backends.py)")
+
+# imported after the skip: minidflash.kernel imports Triton
+from minidflash.attention import attend  # noqa: E402
+from minidflash.kernel import (block_attention, block_attention_reference,  # noqa: E402
+                               count_visited_tiles, tile_schedule)
+from minidflash.mask import block_mask  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TOL = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 2e-2}
