@@ -13,6 +13,7 @@ text, and (c) also decodes prefixes of that text: acceptance lengths from 1 to B
 (c) greedy decoding, reference ``dflash_generate`` against ``speculative_generate``, several
     prompts and block sizes: output ids, acceptance lengths, and every draft step's hidden states.
 Each side extracts its own target features. Pass: max abs diff <= 1e-5, ids and lengths equal.
+The figures go to ``data/results/parity.json`` (``--json``), with the reference's commit.
 
 Adapted in the reference, the math untouched: its ``cache.crop(length)`` (keep ``length``
 positions) raises on transformers 5, which takes minus the number to drop, so its
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -35,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, Qwen3Config, Qwen3ForCausalLM
 
+from ..config import RESULTS_DIR
 from ..drafter import DFlashDrafter, load_drafter, make_drafter_config, target_features
 from ..verifier import speculative_generate
 
@@ -163,6 +166,15 @@ def compare_generate(ref, target, ours, theirs, prompt, max_new_tokens, block_si
             dh, mine.acceptance_lengths)
 
 
+def reference_commit(reference_dir: Path, given: str | None) -> str | None:
+    """The reference's commit: as given, else read from its git checkout (None if neither)."""
+    if given:
+        return given
+    run = subprocess.run(["git", "-C", str(reference_dir), "rev-parse", "HEAD"],
+                         capture_output=True, text=True)
+    return run.stdout.strip() if run.returncode == 0 else None
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m minidflash parity",
                                      description=__doc__.split("\n")[0])
@@ -173,7 +185,14 @@ def main(argv=None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--fit-steps", type=int, default=100,
                         help="Adam steps fitting the drafter to the target first (0: stay random)")
+    parser.add_argument("--reference-commit", default=None,
+                        help="the reference's commit, recorded in the JSON (default: read from "
+                             "its git checkout; give it for an exported copy)")
+    parser.add_argument("--json", type=Path, default=RESULTS_DIR / "parity.json",
+                        help="where the figures are written (default data/results/parity.json)")
     args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    shown = ["DIR" if i and argv[i - 1] == "--reference" else a for i, a in enumerate(argv)]
     torch.set_grad_enabled(False)
     target, drafter = build_models()
     text = fit(target, drafter, args.fit_steps)                                 # (8, 40)
@@ -192,6 +211,7 @@ def main(argv=None) -> int:
     print(f"(a) one block, no cache:   hidden {dh_a:.2e}  logits {dl_a:.2e}")
     print(f"(b) 8 steps through cache: hidden {dh_b:.2e}  logits {dl_b:.2e}")
     ok = max(dh_a, dl_a, dh_b, dl_b) <= TOLERANCE
+    decodes = []
     prompts = [torch.randint(vocab, (1, 5), generator=gen)]  # one fresh, three of the fitted text
     prompts += [text[i:i + 1, :S] for i, S in ((0, 8), (1, 11), (2, 20))]
     for prompt in prompts:
@@ -200,10 +220,27 @@ def main(argv=None) -> int:
             same_ids, same_acc, dh, acc = compare_generate(ref, target, ours, theirs, prompt,
                                                            args.max_new_tokens, B)
             ok &= same_ids and same_acc and dh <= TOLERANCE
+            decodes.append({"prompt_tokens": S, "block_size": B, "ids_equal": same_ids,
+                            "acceptance_equal": same_acc, "max_abs_diff_hidden": dh,
+                            "acceptance_lengths": acc})
             print(f"(c) prompt {S:2d} block {B}: ids {'equal' if same_ids else 'DIFFER'}, "
                   f"acceptance {'equal' if same_acc else 'DIFFER'}, hidden {dh:.2e}, "
                   f"lengths {acc[:12]}{' ...' if len(acc) > 12 else ''}")
     print("PASS" if ok else "FAIL")
+    result = {
+        "command": " ".join(["python -m minidflash parity", *shown]),
+        "reference": "z-lab/dflash", "reference_commit": reference_commit(args.reference,
+                                                                         args.reference_commit),
+        "dtype": "float32", "attention": {"reference": theirs.config._attn_implementation,
+                                          "ours": "sdpa"},
+        "tolerance": TOLERANCE, "passed": bool(ok),
+        "max_abs_diff": max([dh_a, dl_a, dh_b, dl_b] + [d["max_abs_diff_hidden"] for d in decodes]),
+        "one_block_no_cache": {"hidden": dh_a, "logits": dl_a},
+        "through_cache": {"hidden": dh_b, "logits": dl_b},
+        "decodes": decodes}
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"written: {args.json}")
     return 0 if ok else 1
 
 
