@@ -10,6 +10,8 @@
     bench-kernel   the Triton kernel against SDPA and FlexAttention (a GPU)
     suites         rewrite data/prompts/<suite>.jsonl from the published wheels
     tau-curve      tau against training steps, decoding with snapshots of a training run
+    llama-cpp      convert a drafter with llama.cpp's converter, run llama.cpp plain and
+                   speculative (draft-dflash) on the suites (needs llama.cpp: LLAMA_CPP_DIR)
 
 ``python -m minidflash <command> --help`` for each command's options.
 """
@@ -30,6 +32,7 @@ COMMANDS = {  # command -> (module in minidflash.tools, keyword arguments of its
     "bench-kernel": ("bench_kernel", {}),
     "suites": ("suites", {}),
     "tau-curve": ("tau_curve", {}),
+    "llama-cpp": ("llama_cpp", {}),
 }
 
 

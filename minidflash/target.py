@@ -115,12 +115,18 @@ def packaged_target(name: str, dtype=torch.float32):
     return AutoModelForCausalLM.from_pretrained(saved, dtype=dtype), tokenizer
 
 
-def chat_ids(tokenizer, messages: list[dict], device="cpu") -> torch.Tensor:
-    """Token ids (1, S) of a conversation with the generation prompt, in non-thinking mode.
+def chat_text(tokenizer, messages: list[dict]) -> str:
+    """A conversation as text with the generation prompt, in non-thinking mode: what ``chat_ids``
+    tokenizes, and what an engine that takes text (llama.cpp) is given.
 
     (A template without thinking, like SmolLM2's, ignores enable_thinking.)"""
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
                                          enable_thinking=False)
+
+
+def chat_ids(tokenizer, messages: list[dict], device="cpu") -> torch.Tensor:
+    """Token ids (1, S) of ``chat_text``: the template already holds the special tokens."""
+    text = chat_text(tokenizer, messages)
     ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
     return ids.to(device)
 

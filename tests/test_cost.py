@@ -58,3 +58,19 @@ def test_report_prints_the_assumptions_and_every_method():
 def test_unknown_methods_are_refused():
     with pytest.raises(ValueError, match="plain, dflash:B or ar:k"):
         cost.paper_gpu_regime(["lookup:10"])
+
+
+def test_a_regime_of_ratios_projects_like_one_of_milliseconds():
+    # the same costs, once in ms (step 2 ms) and once divided by the step: the same projections
+    ms = cost.Regime("ms", 2.0, {"plain": 0.0, "dflash:16": 1.0}, {"plain": 2.0, "dflash:16": 6.0})
+    ratios = cost.ratio_regime("ratios", {16: 3.0}, {16: 0.5})
+    for tau in (1.0, 2.5, 6.0):
+        assert ratios.project("dflash:16", tau) == pytest.approx(ms.project("dflash:16", tau))
+    assert ratios.project("plain", 1.0)["speedup"] == pytest.approx(1.0)
+    assert ratios.project("dflash:16", 1.0)["break_even_tau"] == pytest.approx(3.5)
+    assert "decode steps" in cost.report({"dflash:16": 2.0}, ratios)
+
+
+def test_a_regime_of_ratios_needs_both_costs_per_block():
+    with pytest.raises(ValueError, match="same block sizes"):
+        cost.ratio_regime("x", {4: 1.5, 16: 3.0}, {16: 0.5})

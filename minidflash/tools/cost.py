@@ -81,6 +81,21 @@ def measured_regime(suite: dict, name: str = "this CPU, as measured") -> Regime:
                    "are a little lower"))
 
 
+def ratio_regime(name: str, verify_steps: dict[int, float], draft_steps: dict[int, float],
+                 assumptions=()) -> Regime:
+    """A regime given in decode steps, for when only ratios are known (llama-bench's tokens/s, or
+    timings on a machine too loaded for milliseconds to mean much): ``verify_steps[B]`` is a
+    target pass over B tokens and ``draft_steps[B]`` a drafter call for a block of B, each
+    divided by one decode step. Methods ``plain`` and ``dflash:B``; the step is 1 (unit)."""
+    if set(draft_steps) != set(verify_steps):
+        raise ValueError(f"give a draft and a verify cost for the same block sizes, got "
+                         f"{sorted(draft_steps)} and {sorted(verify_steps)}")
+    draft = {"plain": 0.0, **{f"dflash:{b}": float(d) for b, d in draft_steps.items()}}
+    verify = {"plain": 1.0, **{f"dflash:{b}": float(v) for b, v in verify_steps.items()}}
+    return Regime(name, 1.0, draft, verify, tuple(assumptions) + (
+        "costs in decode steps (the step is the unit), as measured ratios",))
+
+
 def paper_ar_draft_ms(k: int) -> float:
     """Figure 3's autoregressive draft cost for k tokens, linear between (and beyond) its points."""
     pts = sorted(PAPER_AR_DRAFT_MS.items())

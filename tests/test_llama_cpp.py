@@ -1,0 +1,191 @@
+"""The llama.cpp tool: finding llama.cpp (and the error when it is missing), reading what its
+binaries print, and, where a llama.cpp build is found, the whole path on one prompt."""
+
+import os
+import stat
+
+import pytest
+
+from minidflash.config import TINY_TARGET_DIR
+from minidflash.tools import llama_cpp as lc
+
+# The end of a real `llama-speculative-simple ... --spec-type draft-dflash` log (stderr).
+SPEC_LOG = """\
+0.06.646.424 I common_speculative_impl_draft_dflash: - block_size=16, mask_token_id=16, n_extract=3, sample_from_anchor=true
+2.17.323.682 I encoded  109 tokens in    3.014 seconds, speed:   36.170 t/s
+2.17.323.683 I decoded   66 tokens in    3.664 seconds, speed:   18.013 t/s
+2.17.323.684 I 
+2.17.323.684 I n_draft   = 15
+2.17.323.684 I n_predict = 66
+2.17.323.685 I n_drafted = 543
+2.17.323.685 I n_accept  = 26
+2.17.323.685 I accept    = 4.788%
+"""
+
+# The end of a real `llama-completion --verbose-prompt` log: prompt ids, then the perf lines.
+PLAIN_LOG = """\
+0.00.449.206 I llama_completion: number of tokens in prompt = 4
+0.00.449.214 I      1 -> '<|im_start|>'
+0.00.449.219 I   9690 -> 'system'
+0.00.449.224 I    198 -> '
+'
+0.00.449.229 I   2683 -> 'You'
+0.02.053.939 I common_perf_print: prompt eval time =    1018.73 ms /   109 tokens (    9.35 ms per token,   107.00 tokens per second)
+0.02.053.940 I common_perf_print:        eval time =    2368.44 ms /    63 runs   (   37.59 ms per token,    26.60 tokens per second)
+"""
+
+
+def executable(path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+# ---------------------------------------------------------------- finding llama.cpp
+
+def test_binaries_are_found_under_LLAMA_CPP_DIR_or_on_PATH(tmp_path):
+    tree = tmp_path / "llama.cpp"
+    exe = executable(tree / "build" / "bin" / lc.SPECULATIVE)
+    (tree / lc.CONVERTER).write_text("")
+    assert lc.find_binary(lc.SPECULATIVE, {lc.ENV: str(tree)}) == exe
+    assert lc.find_converter({lc.ENV: str(tree)}) == tree / lc.CONVERTER
+    # no variable: PATH, and the converter two folders above a binary found there
+    env = {"PATH": str(exe.parent)}
+    assert lc.find_binary(lc.SPECULATIVE, env) == exe
+    assert lc.find_converter(env) == (tree / lc.CONVERTER).resolve()
+
+
+def test_missing_llama_cpp_says_what_is_missing_and_how_to_get_it(tmp_path):
+    with pytest.raises(lc.LlamaCppNotFound) as e:
+        lc.find_binary(lc.PLAIN, {"PATH": str(tmp_path)})
+    msg = str(e.value)
+    assert lc.PLAIN in msg and lc.ENV in msg and "not on PATH" in msg
+    assert "cmake" in msg and "draft-dflash" in msg and "llama-cpp-python==0.3.36" in msg
+    executable(tmp_path / "build" / "bin" / lc.PLAIN)      # a tree without the converter
+    with pytest.raises(lc.LlamaCppNotFound, match=lc.CONVERTER):
+        lc.find_converter({lc.ENV: str(tmp_path)})
+    with pytest.raises(lc.LlamaCppNotFound, match=f"{lc.ENV}=.* has no executable {lc.BENCH}"):
+        lc.find_binary(lc.BENCH, {lc.ENV: str(tmp_path)})
+
+
+def test_a_non_executable_file_is_not_a_binary(tmp_path):
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / lc.PLAIN).write_text("")
+    with pytest.raises(lc.LlamaCppNotFound):
+        lc.find_binary(lc.PLAIN, {lc.ENV: str(tmp_path)})
+
+
+def test_the_command_stops_at_the_missing_binary_before_loading_anything(tmp_path, monkeypatch):
+    monkeypatch.setenv(lc.ENV, str(tmp_path))
+    with pytest.raises(lc.LlamaCppNotFound, match=lc.PLAIN):
+        lc.main(["--suites", "gsm8k", "--n", "1"])
+
+
+# ---------------------------------------------------------------- reading llama.cpp
+
+def test_tau_is_tokens_per_kept_target_pass():
+    s = lc.parse_speculative(SPEC_LOG)
+    assert (s["n_predict"], s["n_accept"], s["n_drafted"], s["n_draft"]) == (66, 26, 543, 15)
+    # each kept pass adds accepted + 1 to n_predict and accepted to n_accept: 40 passes
+    assert s["passes"] == 40 and s["tau"] == pytest.approx(66 / 40)
+    assert s["tokens_per_s"] == pytest.approx(66 / 3.664)
+    assert s["prompt_tokens"] == 109
+
+
+def test_an_unfinished_speculative_log_is_refused():
+    with pytest.raises(ValueError, match="n_accept"):
+        lc.parse_speculative(SPEC_LOG.replace("n_accept  = 26", ""))
+
+
+def test_plain_speed_is_read_from_the_eval_line_not_the_prompt_line():
+    p = lc.parse_plain(PLAIN_LOG)
+    assert p["runs"] == 63 and p["tokens_per_s"] == pytest.approx(63 / 2.36844)
+    with pytest.raises(ValueError, match="eval time"):
+        lc.parse_plain(PLAIN_LOG.splitlines()[-2])           # only the prompt's line
+
+
+def test_prompt_ids_are_read_from_the_verbose_prompt_listing():
+    assert lc.prompt_ids(PLAIN_LOG) == [1, 9690, 198, 2683]    # a newline piece spans two lines
+
+
+def test_the_texts_are_cut_out_of_stdout():
+    prompt = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert lc.speculative_text("\n\n" + prompt + "Hello!\n\n\n\n", prompt) == "Hello!"
+    with pytest.raises(ValueError, match="extra BOS"):
+        lc.speculative_text("\n\n<|im_start|>" + prompt + "Hello!\n\n\n\n", prompt)
+    assert lc.plain_text("Hello! [end of text]\n\n\n") == ("Hello!", True)
+    assert lc.plain_text("Hello there\n\n") == ("Hello there", False)
+    with pytest.raises(ValueError, match="finish"):
+        lc.plain_text("Hello")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(TINY_TARGET_DIR)
+
+
+def test_parting_finds_the_first_differing_token(tokenizer):
+    plain = "12 + 7 = 19 and 3 + 4 = 7"
+    assert lc.parting(tokenizer, plain, plain, plain_stopped=True) is None
+    # plain cut by the token limit: the speculative text may run one token further
+    assert lc.parting(tokenizer, plain[:-2], plain, plain_stopped=False) is None
+    # ... but not when plain stopped by itself
+    assert lc.parting(tokenizer, plain[:-2], plain, plain_stopped=True)["plain"] == "<end>"
+    a = tokenizer(plain, add_special_tokens=False)["input_ids"]
+    for i in (0, 3, len(a) - 1):                              # change token i only
+        other = next(t for t in range(len(tokenizer)) if t != a[i] and
+                     tokenizer(tokenizer.decode(a[:i] + [t] + a[i + 1:]),
+                               add_special_tokens=False)["input_ids"] == a[:i] + [t] + a[i + 1:])
+        spec = tokenizer.decode(a[:i] + [other] + a[i + 1:])
+        p = lc.parting(tokenizer, plain, spec, plain_stopped=True)
+        assert p["token"] == i and p["ids"] == [a[i], other] and p["prefix"] == a[:i]
+
+
+def test_step_costs_are_passes_in_decode_steps():
+    records = lc.parse_bench('[{"n_threads": 1, "n_prompt": 16, "n_gen": 0, "avg_ts": 200.0, '
+                             '"stddev_ts": 1.0}, {"n_threads": 1, "n_prompt": 4, "n_gen": 0, '
+                             '"avg_ts": 80.0, "stddev_ts": 1.0}, {"n_threads": 1, "n_prompt": 0, '
+                             '"n_gen": 32, "avg_ts": 50.0, "stddev_ts": 1.0}]')
+    c = lc.step_costs(records)["1"]
+    assert c["decode_ms"] == pytest.approx(20.0)
+    # 16 tokens at 200/s: 80 ms = 4 steps of 20 ms; 4 tokens at 80/s: 50 ms = 2.5 steps
+    assert c["verify_steps"] == pytest.approx({"4": 2.5, "16": 4.0})
+    with pytest.raises(ValueError, match="tg"):
+        lc.step_costs(records[:2])
+
+
+def test_commands_are_greedy_and_take_the_prompt_as_it_is():
+    tools = {lc.PLAIN: "llama-completion", lc.SPECULATIVE: "llama-speculative-simple"}
+    plain = lc.plain_command(tools, "t.gguf", "PROMPT", 64)
+    spec = lc.speculative_command(tools, "t.gguf", "d.gguf", "PROMPT", 64, 7, no_repack=True)
+    for cmd in (plain, spec):
+        assert cmd[cmd.index("--temp") + 1] == "0" and "--no-escape" in cmd
+        assert cmd[cmd.index("-p") + 1] == "PROMPT" and "-f" not in cmd
+    assert "-no-cnv" in plain                                  # no second chat template
+    assert spec[spec.index("--spec-type") + 1] == "draft-dflash" and "-nr" in spec
+    assert spec[spec.index("--spec-draft-n-max") + 1] == 7
+
+
+# ---------------------------------------------------------------- with a llama.cpp build
+
+def llama_cpp_found() -> str | None:
+    try:
+        lc.find_binary(lc.SPECULATIVE), lc.find_binary(lc.PLAIN), lc.find_converter()
+    except lc.LlamaCppNotFound:
+        return None
+    return "found"
+
+
+@pytest.mark.skipif(llama_cpp_found() is None,
+                    reason=f"no llama.cpp build ({lc.ENV} unset and nothing on PATH): optional")
+def test_llama_cpp_converts_the_shipped_drafter_and_decodes_with_it(tmp_path):
+    r = lc.main(["--suites", "gsm8k", "--n", "1", "--max-new-tokens", "16", "--n-max", "3",
+                 "--no-repack", "--out-dir", str(tmp_path)])
+    assert r["conversion"]["tensors"] == 14                    # the shipped drafter, unchanged
+    row = r["suites"]["gsm8k"]["prompts"][0]
+    assert row["prompt_ids_match"]                             # no extra BOS, no second template
+    s = row["speculative"]["3"]
+    assert s["n_drafted"] > 0 and 1 <= s["tau"] <= 4
+    assert s["n_predict"] >= 16
