@@ -189,3 +189,15 @@ def test_llama_cpp_converts_the_shipped_drafter_and_decodes_with_it(tmp_path):
     s = row["speculative"]["3"]
     assert s["n_drafted"] > 0 and 1 <= s["tau"] <= 4
     assert s["n_predict"] >= 16
+
+
+def test_a_log_cut_short_is_read_again(monkeypatch):
+    # llama.cpp's log thread can lose the last lines at exit: the run is repeated, not misread
+    import subprocess
+    logs = iter([SPEC_LOG.split("n_accept")[0], SPEC_LOG])
+    monkeypatch.setattr(lc, "run", lambda cmd: subprocess.CompletedProcess(cmd, 0, "", next(logs)))
+    s, reruns = lc.decode(["llama-speculative-simple"], lambda q: lc.parse_speculative(q.stderr))
+    assert reruns == 1 and s["tau"] == pytest.approx(66 / 40)
+    monkeypatch.setattr(lc, "run", lambda cmd: subprocess.CompletedProcess(cmd, 0, "", "cut"))
+    with pytest.raises(ValueError, match="n_draft"):
+        lc.decode(["llama-speculative-simple"], lambda q: lc.parse_speculative(q.stderr))

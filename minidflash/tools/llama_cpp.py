@@ -258,6 +258,19 @@ def run(cmd: list, timeout: float = 1800) -> subprocess.CompletedProcess:
     return p
 
 
+def decode(cmd: list, read, tries: int = 3):
+    """``read(run(cmd))``, run again when the log cannot be read. llama.cpp writes its log from
+    a background thread, and a process that exits right after its last lines can lose them
+    (seen here on short runs); greedy decoding gives the same tokens on the rerun. Returns
+    (what read returned, the number of reruns)."""
+    for attempt in range(tries):
+        try:
+            return read(run(cmd)), attempt
+        except ValueError:
+            if attempt == tries - 1:
+                raise
+
+
 def convert(drafter_dir, target_dir, out: Path, converter: Path | None = None) -> dict:
     """drafter (published DFlash layout) -> GGUF with llama.cpp's own converter, fp32."""
     converter = converter or find_converter()
@@ -400,7 +413,7 @@ def main(argv=None) -> dict:
     result = {"command": command, "target": a.target, "target_gguf": target_gguf.name,
               "drafter": a.drafter, "conversion": conversion,
               "max_new_tokens": a.max_new_tokens, "n": a.n, "n_max": a.n_max,
-              "threads": a.threads, "no_repack": a.no_repack, "suites": {}}
+              "threads": a.threads, "no_repack": a.no_repack, "reruns": 0, "suites": {}}
     kw = dict(threads=a.threads, no_repack=a.no_repack)
     show = lambda cmd: " ".join(Path(str(c)).name if i == 0 else str(c) for i, c in enumerate(cmd))
     result["plain_command"] = show(plain_command(tools, target_gguf.name, "PROMPT",
@@ -417,15 +430,17 @@ def main(argv=None) -> dict:
             order = ["plain", *a.n_max] if i % 2 == 0 else [*a.n_max, "plain"]
             for what in order:                         # alternate, as bench does
                 if what == "plain":
-                    q = run(plain_command(tools, target_gguf, text, a.max_new_tokens, **kw))
-                    r["plain"] = parse_plain(q.stderr)
-                    r["prompt_ids_match"] = prompt_ids(q.stderr) == ours
-                    plain, stopped = plain_text(q.stdout)
+                    (r["plain"], theirs, (plain, stopped)), again = decode(
+                        plain_command(tools, target_gguf, text, a.max_new_tokens, **kw),
+                        lambda q: (parse_plain(q.stderr), prompt_ids(q.stderr), plain_text(q.stdout)))
+                    r["prompt_ids_match"] = theirs == ours
                 else:
-                    q = run(speculative_command(tools, target_gguf, drafter_gguf, text,
-                                                a.max_new_tokens, what, **kw))
-                    r["speculative"][str(what)] = {**parse_speculative(q.stderr),
-                                                   "text": speculative_text(q.stdout, text)}
+                    (s, new), again = decode(
+                        speculative_command(tools, target_gguf, drafter_gguf, text,
+                                            a.max_new_tokens, what, **kw),
+                        lambda q: (parse_speculative(q.stderr), speculative_text(q.stdout, text)))
+                    r["speculative"][str(what)] = {**s, "text": new}
+                result["reruns"] += again
             r["prompt_ids_match"] &= all(s.pop("prompt_tokens") == len(ours)
                                          for s in r["speculative"].values())
             for s in r["speculative"].values():
@@ -451,9 +466,9 @@ def main(argv=None) -> dict:
                                                "tau_per_pass": o.num_new_tokens
                                                / (len(o.acceptance_lengths) + 1)}
                 r["minidflash_identical"] = same
-            for part in [r.get("engines_plain_parting"), *(s["parting"] for s in r["speculative"].values())]:
-                if part is not None:
-                    del part["prefix"]
+            parts = [r.get("engines_plain_parting"), *(s["parting"] for s in r["speculative"].values())]
+            for part in filter(None, parts):
+                del part["prefix"]                     # (the ids were for logit_gap)
             rows.append(r)
             k = str(a.n_max[-1])
             print(f"{suite:>10}[{i}] plain {r['plain']['tokens_per_s']:6.1f} tok/s | n-max {k}: "
@@ -461,8 +476,11 @@ def main(argv=None) -> dict:
                   + (f" (minidflash {r['minidflash'][k]['tau']:.2f})" if drafter else "")
                   + f", {r['speculative'][k]['tokens_per_s']:6.1f} tok/s, identical "
                   f"{r['speculative'][k]['parting'] is None}", flush=True)
-        result["suites"][suite] = {"prompts": rows,
-                                   "summary": summarise(rows, a.n_max, drafter is not None)}
+            result["suites"][suite] = {"prompts": rows,
+                                       "summary": summarise(rows, a.n_max, drafter is not None)}
+            if a.json:                                 # so far, in case the run is cut short
+                Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+                Path(a.json).write_text(json.dumps(result, indent=1) + "\n")
     result["decode_wall_s"] = round(time.time() - t0, 1)
     if a.bench_threads:
         cmd = bench_command(tools, target_gguf, a.bench_threads, no_repack=a.no_repack)
