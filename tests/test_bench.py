@@ -1,11 +1,15 @@
 """The benchmark tools run and check what they claim: every method's output is compared with
 plain decoding, and the draft-cost sweep covers every drafter and length."""
 
+import json
+
 import pytest
+import torch
 
 from minidflash.config import PROMPTS_DIR, TINY_AR_DRAFTER_DIR
+from minidflash.drafter import load_drafter
 from minidflash.target import load_target
-from minidflash.tools import corpus, methods
+from minidflash.tools import bench, corpus, methods
 
 
 @pytest.fixture(scope="module")
@@ -57,3 +61,42 @@ def test_draft_cost_covers_every_drafter_and_length(tiny):
     cost = methods.draft_cost(target, context=32, max_tokens=3, repeats=1, dflash_layers=(1, 2))
     assert set(cost["ms"]) == {"AR (1 layer)", "DFlash (1 layer)", "DFlash (2 layers)"}
     assert all(len(v) == 3 and min(v) > 0 for v in cost["ms"].values())
+
+
+def test_step_times_cover_every_piece_at_every_thread_count(tiny):
+    target, _ = tiny
+    drafter = load_drafter(target=target)
+    threads = torch.get_num_threads()
+    out = bench.step_times_by_threads(target, drafter, [1, 2], context=32, repeats=1, rounds=2)
+    assert torch.get_num_threads() == threads              # the caller's count is restored
+    pieces = {"prefill_ms", "decode_ms", *(f"{k}_{B}_ms" for k in ("verify", "draft") for B in (4, 8, 16))}
+    for t in ("1", "2"):
+        ms = out[t]
+        assert pieces <= set(ms) and all(ms[k] > 0 for k in pieces)
+        assert ms["dflash_step_in_decode_steps"] == pytest.approx(
+            (ms["draft_16_ms"] + ms["verify_16_ms"]) / ms["decode_ms"])
+
+
+def test_step_times_command_writes_each_thread_count(tmp_path, monkeypatch):
+    """``bench --step-times --threads 1 2 --json F``: the counts take turns, each is recorded,
+    the figure is drawn; several counts without --step-times are refused."""
+    seen = []
+
+    def fake_step_times(target, drafter, context=512, repeats=20):
+        t = torch.get_num_threads()
+        seen.append(t)
+        return {"prefill_ms": 50.0 * t, "decode_ms": 2.0 * t,
+                **{f"verify_{B}_ms": (3.0 + B / 4) * t for B in (4, 8, 16)},
+                **{f"draft_{B}_ms": 1.0 * t for B in (4, 8, 16)}}
+    monkeypatch.setattr(bench, "step_times", fake_step_times)
+    path = tmp_path / "step_times.json"
+    bench.main(["--step-times", "--threads", "1", "2", "--json", str(path)])
+    saved = json.loads(path.read_text())
+    assert seen == [1, 2, 2, 1, 1, 2]
+    assert list(saved["threads"]) == ["1", "2"] and saved["threads"]["2"]["decode_ms"] == 4.0
+    assert saved["threads"]["1"]["dflash_step_in_decode_steps"] == pytest.approx((1 + 7) / 2)
+    assert saved["command"] == f"python -m minidflash bench --step-times --threads 1 2 --json {path}"
+    assert saved["target"] == "data/target" and saved["drafter"] == "data/drafter"
+    assert path.with_suffix(".png").exists()
+    with pytest.raises(SystemExit):
+        bench.main(["--threads", "1", "2", "--n", "1"])

@@ -2,7 +2,9 @@
 
 Each variant is a drafter trained with the same budget (steps, data, seed) as the baseline,
 changing one thing; each is then decoded on held-out arithmetic prompts (greedy, tau and
-speedup vs plain decoding in the same process). Paper counterparts (Qwen3-8B, MATH-500):
+speedup vs plain decoding in the same process, on ``--threads`` torch threads, after a warm-up).
+Tau compares the variants; a speedup only compares methods timed in one run, and each variant
+is timed alone, right after its training (resumed runs: in another process, at another time). Paper counterparts (Qwen3-8B, MATH-500):
 random anchors vs uniform blocks tau 5.64 vs 4.94; 3 / 5 / 8 drafter layers tau 5.64 / 5.99 /
 6.33; no target features tau 4.61. Here every variant gets the same small budget, so the
 figures compare variants with each other, not with the shipped drafter.
@@ -15,15 +17,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+
+import torch
 
 from ..config import CACHE_DIR, PROMPTS_DIR
 from ..target import load_target
 from ..trainer import TrainConfig, train
 from . import corpus
-from .bench import run_suite
+from .bench import run_suite, warm_up
 from .train_drafter import tiny_training_data
 
 # name -> (what changes, test block sizes)
@@ -49,9 +54,14 @@ def main(argv=None):
     p.add_argument("--n", type=int, default=12, help="held-out arithmetic prompts to decode")
     p.add_argument("--only", nargs="*", default=None, help="substrings of variant names to run")
     p.add_argument("--out", default="data/results/ablations.json")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads for training and timing (default 1: on a shared machine "
+                        "more threads than free cores stall at random and distort the speedups)")
     a = p.parse_args(argv)
+    torch.set_num_threads(a.threads)
     out = Path(a.out)
     results = json.loads(out.read_text()) if out.exists() else {"steps": a.steps, "batch_size": a.batch_size, "lr": a.lr, "n": a.n, "variants": {}}
+    command = "python -m minidflash ablations " + " ".join(sys.argv[1:] if argv is None else argv)
     target, tokenizer = load_target()
     base = TrainConfig(steps=a.steps, eval_every=a.steps, batch_size=a.batch_size, lr=a.lr)
     data = tiny_training_data(target, tokenizer, seed=base.seed)
@@ -63,9 +73,11 @@ def main(argv=None):
                       **change)
         t0 = time.time()
         run = train(cfg, target=target, tokenizer=tokenizer, data=data, progress=False)
+        warm_up(target, tokenizer, run["drafter"], test_sizes)
         bench = run_suite(target, tokenizer, run["drafter"], rows, test_sizes, 256, 0.0, progress=False)
         results["variants"][name] = {
-            "change": change, "train_s": round(time.time() - t0, 1),
+            "change": change, "train_s": round(time.time() - t0, 1), "command": command,
+            "threads": torch.get_num_threads(),
             "tau_train_anchors": run["info"]["final_tau_train_anchors"],
             "final_loss": run["info"]["final_loss"],
             "lossless": bench["lossless"],

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..config import PROMPTS_DIR
+from ..config import PROMPTS_DIR, TINY_DRAFTER_DIR, TINY_TARGET_DIR, repo_relative
 from ..drafter import load_drafter
 from ..target import chat_ids, load_target, stop_ids
 from ..verifier import cache_kwargs, clock, crop_cache, speculative_generate
@@ -79,6 +79,14 @@ def run_suite(target, tokenizer, drafter, rows, block_sizes, max_new_tokens, tem
     base_checks = [c for c in per[1]["correct"] if c is not None]
     out["plain_accuracy"] = mean(base_checks) if base_checks else None
     return out
+
+
+def warm_up(target, tokenizer, drafter, block_sizes) -> None:
+    """One short decode at block size 1 and at each block size, untimed: first calls pay for
+    allocations and dispatch that no later call pays."""
+    warm = chat_ids(tokenizer, [{"role": "user", "content": "warm up"}])
+    for b in [1, *block_sizes]:
+        speculative_generate(target, drafter if b > 1 else None, warm, 32, block_size=b)
 
 
 def plot(results: dict, path: Path) -> None:
@@ -144,6 +152,49 @@ def step_times(target, drafter, context: int = 512, repeats: int = 20) -> dict:
     return out
 
 
+def step_times_by_threads(target, drafter, threads, context: int = 512, repeats: int = 20,
+                          rounds: int = 3) -> dict:
+    """``step_times`` at each torch thread count, the counts taking turns for ``rounds`` rounds
+    (so all see the same machine state); per count the median over rounds of each piece, and
+    what a DFlash step costs in plain decode steps (B = 16: one draft + one 16-token verify)."""
+    runs, before = {t: [] for t in threads}, torch.get_num_threads()
+    try:
+        for r in range(rounds):
+            for t in (threads if r % 2 == 0 else threads[::-1]):
+                torch.set_num_threads(t)
+                runs[t].append(step_times(target, drafter, context, repeats))
+    finally:
+        torch.set_num_threads(before)
+    out = {}
+    for t, rs in runs.items():
+        ms = {k: sorted(x[k] for x in rs)[len(rs) // 2] for k in rs[0]}
+        ms["verify_16_in_decode_steps"] = ms["verify_16_ms"] / ms["decode_ms"]
+        ms["dflash_step_in_decode_steps"] = (ms["draft_16_ms"] + ms["verify_16_ms"]) / ms["decode_ms"]
+        out[str(t)] = ms
+    return out
+
+
+def plot_step_times(results: dict, path: Path) -> None:
+    """Bars: decode, verify and draft milliseconds (B = 4, 8, 16) per thread count."""
+    from matplotlib.figure import Figure
+
+    keys = ["decode_ms"] + [f"{kind}_{B}_ms" for kind in ("verify", "draft") for B in (4, 8, 16)]
+    fig = Figure(figsize=(9, 3.6))
+    ax = fig.subplots()
+    counts = list(results["threads"])
+    width = 0.8 / len(counts)
+    for j, t in enumerate(counts):
+        ax.bar([i + j * width for i in range(len(keys))], [results["threads"][t][k] for k in keys],
+               width, label=f"{t} thread{'s' if t != '1' else ''}")
+    ax.set_xticks([i + width * (len(counts) - 1) / 2 for i in range(len(keys))],
+                  [k[:-3].replace("_", " ") for k in keys])
+    ax.set(ylabel="ms (median)", title=f"pieces of a step, context {results['context']} "
+                                       f"({results['target']}, {results['drafter_layers']}-layer drafter)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(prog="python -m minidflash bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -155,11 +206,13 @@ def main(argv=None) -> dict:
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--target", default=None)
     p.add_argument("--drafter", default=None)
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch threads (default 1: timings on a shared machine swing less)")
+    p.add_argument("--threads", type=int, nargs="+", default=[1],
+                   help="torch threads (default 1: timings on a shared machine swing less); "
+                        "several counts only with --step-times, e.g. --threads 1 2")
     p.add_argument("--json", default=None, help="write the figures here (and a .png beside it)")
     p.add_argument("--step-times", action="store_true",
-                   help="only time prefill / decode / verify / draft steps (context 512)")
+                   help="only time prefill / decode / verify / draft steps (context 512), at "
+                        "each of --threads, the counts taking turns")
     p.add_argument("--methods", nargs="+", default=None,
                    help="compare methods instead of block sizes: plain dflash:B ar:k lookup:k "
                         "generate (see minidflash/tools/methods.py); greedy")
@@ -167,8 +220,12 @@ def main(argv=None) -> dict:
     p.add_argument("--draft-cost", action="store_true",
                    help="only time a drafter call against drafted tokens 1..16 (figure 3)")
     a = p.parse_args(argv)
-    if a.threads:
-        torch.set_num_threads(a.threads)
+    if len(a.threads) > 1 and not a.step_times:
+        p.error(f"--threads {' '.join(map(str, a.threads))}: several thread counts only with "
+                f"--step-times; run a benchmark once per count")
+    if min(a.threads) < 1:
+        p.error("--threads: thread counts are >= 1")
+    torch.set_num_threads(a.threads[0])
     torch.manual_seed(0)
     target, tokenizer = load_target(a.target)
     command = "python -m minidflash bench " + " ".join(sys.argv[1:] if argv is None else argv)
@@ -176,17 +233,20 @@ def main(argv=None) -> dict:
         return compare(a, target, tokenizer, command)
     drafter = load_drafter(a.drafter, target=target)
     if a.step_times:
-        times = step_times(target, drafter)
-        print(json.dumps({k: round(v, 2) for k, v in times.items()}, indent=1))
-        return times
+        results = {"command": command, "target": a.target or repo_relative(TINY_TARGET_DIR),
+                   "drafter": repo_relative(a.drafter or TINY_DRAFTER_DIR),
+                   "drafter_layers": drafter.config.num_hidden_layers, "context": 512,
+                   "threads": step_times_by_threads(target, drafter, a.threads, context=512)}
+        for t, ms in results["threads"].items():
+            print(f"{t} thread(s): " + ", ".join(f"{k} {v:.2f}" for k, v in ms.items()))
+        write(results, a.json, plot_step_times)
+        return results
     results = {"block_sizes": a.block_sizes, "temperature": a.temperature,
                "max_new_tokens": a.max_new_tokens, "n": a.n, "threads": torch.get_num_threads(),
                "drafter_layers": drafter.config.num_hidden_layers,
                "command": command,
                "suites": {}}
-    warm = chat_ids(tokenizer, [{"role": "user", "content": "warm up"}])
-    for b in [1, *a.block_sizes]:
-        speculative_generate(target, drafter if b > 1 else None, warm, 32, block_size=b)
+    warm_up(target, tokenizer, drafter, a.block_sizes)
     t0 = time.time()
     for suite in a.suites:
         rows = corpus.read_jsonl(PROMPTS_DIR / f"{suite}.jsonl")[: a.n]
