@@ -1,7 +1,7 @@
 """The llama.cpp tool: finding llama.cpp (and the error when it is missing), reading what its
 binaries print, and, where a llama.cpp build is found, the whole path on one prompt."""
 
-import os
+import json
 import stat
 
 import pytest
@@ -201,3 +201,17 @@ def test_a_log_cut_short_is_read_again(monkeypatch):
     monkeypatch.setattr(lc, "run", lambda cmd: subprocess.CompletedProcess(cmd, 0, "", "cut"))
     with pytest.raises(ValueError, match="n_draft"):
         lc.decode(["llama-speculative-simple"], lambda q: lc.parse_speculative(q.stderr))
+
+
+def test_a_pre_tokenizer_is_named_only_when_its_regex_is_llama_cpps(tmp_path):
+    # the tiny target's tokenizer splits with Qwen2's regex, which llama.cpp calls "qwen2"
+    assert lc.split_regex(TINY_TARGET_DIR) == lc.PRE_TOKENIZER_REGEX["qwen2"]
+    lc.check_pre_tokenizer(TINY_TARGET_DIR, "qwen2")
+    with pytest.raises(ValueError, match="known here"):
+        lc.check_pre_tokenizer(TINY_TARGET_DIR, "llama3")
+    other = json.loads((TINY_TARGET_DIR / "tokenizer.json").read_text())
+    split = other["pre_tokenizer"]["pretokenizers"][0]
+    split["pattern"]["Regex"] = split["pattern"]["Regex"].replace(r"\p{N}|", r"\p{N}{1,3}|")
+    (tmp_path / "tokenizer.json").write_text(json.dumps(other))
+    with pytest.raises(ValueError, match="does not split text"):
+        lc.check_pre_tokenizer(tmp_path, "qwen2")

@@ -271,21 +271,64 @@ def decode(cmd: list, read, tries: int = 3):
                 raise
 
 
-def convert(drafter_dir, target_dir, out: Path, converter: Path | None = None) -> dict:
-    """drafter (published DFlash layout) -> GGUF with llama.cpp's own converter, fp32."""
+# llama.cpp's converter names a BPE pre-tokenizer by hashing how the tokenizer splits a test
+# string, and refuses tokenizers it has no hash for, such as the tiny target's (trained here).
+# Its split regex is Qwen2's, which llama.cpp implements as "qwen2": --pre-tokenizer qwen2 gives
+# the converter that name after checking the regex, and every prompt's ids are checked equal.
+PRE_TOKENIZER_REGEX = {
+    "qwen2": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+             r"|\s*[\r\n]+|\s+(?!\S)|\s+",
+}
+# Runs the converter with TextModel.get_vocab_base_pre answering the given name.
+NAMED_PRE = ("import runpy, sys; from pathlib import Path; conv, pre = sys.argv[1], sys.argv[2]; "
+             "sys.argv = [conv] + sys.argv[3:]; sys.path.insert(0, str(Path(conv).parent)); "
+             "from conversion import base; "
+             "base.TextModel.get_vocab_base_pre = lambda self, tokenizer: pre; "
+             "runpy.run_path(conv, run_name='__main__')")
+
+
+def split_regex(hf_dir) -> str | None:
+    """The regex of the Split step of a tokenizer.json's pre-tokenizer (None if it has none)."""
+    pre = json.loads((Path(hf_dir) / "tokenizer.json").read_text()).get("pre_tokenizer") or {}
+    for step in pre.get("pretokenizers", [pre]):
+        if step.get("type") == "Split":
+            return step["pattern"].get("Regex")
+    return None
+
+
+def check_pre_tokenizer(hf_dir, name: str) -> None:
+    if name not in PRE_TOKENIZER_REGEX:
+        raise ValueError(f"--pre-tokenizer {name!r}: known here are {sorted(PRE_TOKENIZER_REGEX)}")
+    if split_regex(hf_dir) != PRE_TOKENIZER_REGEX[name]:
+        raise ValueError(f"the tokenizer in {hf_dir} does not split text with llama.cpp's {name!r} "
+                         f"regex, so {name!r} would tokenize prompts differently; leave "
+                         f"--pre-tokenizer out and let the converter identify it.")
+
+
+def convert(model_dir, out: Path, converter: Path | None = None, target_dir=None,
+            pre: str | None = None) -> dict:
+    """A Hugging Face folder (a target, or with ``target_dir`` a drafter in the published DFlash
+    layout) -> GGUF, fp32, with llama.cpp's own converter."""
     converter = converter or find_converter()
-    cmd = [sys.executable, converter, drafter_dir, "--target-model-dir", target_dir,
-           "--outfile", out, "--outtype", "f32"]
+    args = [model_dir, *(["--target-model-dir", target_dir] if target_dir else []),
+            "--outfile", out, "--outtype", "f32"]
+    if pre:
+        check_pre_tokenizer(target_dir or model_dir, pre)
+        cmd = [sys.executable, "-c", NAMED_PRE, converter, pre, *args]
+    else:
+        cmd = [sys.executable, converter, *args]
     p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
     if p.returncode != 0:
         said = p.stderr.strip().splitlines()[-3:]
         hint = (" The converter needs sentencepiece for a Llama-family target: "
-                "`pip install sentencepiece`." if "sentencepiece" in p.stderr else "")
+                "`pip install sentencepiece`." if "sentencepiece" in p.stderr else
+                " Its tokenizer is not in the converter's pre-tokenizer table: see --pre-tokenizer."
+                if "BPE pre-tokenizer was not recognized" in p.stderr else "")
         raise RuntimeError(f"{CONVERTER} failed (exit {p.returncode}){hint}: {' | '.join(said)}")
     m = re.search(r"n_tensors = (\d+)", p.stderr)
-    shown = ["python", f"${ENV}/{CONVERTER}", *cmd[2:]]
-    return {"command": " ".join(str(c) for c in shown).replace(str(Path.home()), "~"), "tensors": int(m.group(1)) if m else None,
-            "mb": round(out.stat().st_size / 2**20, 1)}
+    shown = ["python", f"${ENV}/{CONVERTER}", *args] + (["(pre-tokenizer named " + pre + ")"] if pre else [])
+    return {"command": " ".join(str(c) for c in shown).replace(str(Path.home()), "~"),
+            "tensors": int(m.group(1)) if m else None, "mb": round(out.stat().st_size / 2**20, 1)}
 
 
 def common_args(target_gguf, threads: int, ctx: int, no_repack: bool) -> list:
@@ -362,7 +405,11 @@ def main(argv=None) -> dict:
     p.add_argument("--target", default="HuggingFaceTB/SmolLM2-135M-Instruct",
                    help="the drafter's target: hub id or folder (its tokenizer: the prompts)")
     p.add_argument("--target-gguf", default=None,
-                   help="the target as GGUF (default: the offline source's, hub.PACKAGED)")
+                   help="the target as GGUF (default: the offline source's, hub.PACKAGED, "
+                        "else the target converted by llama.cpp's converter)")
+    p.add_argument("--pre-tokenizer", default=None, choices=sorted(PRE_TOKENIZER_REGEX),
+                   help="name the target tokenizer's pre-tokenizer for the converter when it has "
+                        "no hash for it (the tiny target: qwen2); its regex is checked first")
     p.add_argument("--out-dir", default=None,
                    help="where the drafter's GGUF goes (default: the user cache)")
     p.add_argument("--suites", nargs="+", default=["gsm8k", "math500", "humaneval", "mtbench"])
@@ -398,20 +445,23 @@ def main(argv=None) -> dict:
     torch.set_num_threads(1)
     target, tokenizer = load_target(a.target)
     target_dir, gguf = target_files(a.target, target)
-    target_gguf = Path(a.target_gguf) if a.target_gguf else gguf
-    if target_gguf is None or not target_gguf.is_file():
-        raise ValueError(f"no GGUF for the target {a.target!r}: convert it with `python "
-                         f"{CONVERTER} {target_dir}` and pass --target-gguf PATH")
     out_dir = Path(a.out_dir) if a.out_dir else user_cache_dir() / "llama_cpp"
     out_dir.mkdir(parents=True, exist_ok=True)
+    target_gguf = Path(a.target_gguf) if a.target_gguf else gguf
+    target_conversion = None
+    if target_gguf is None:                            # no published GGUF: convert the target too
+        target_gguf = out_dir / f"{Path(target_dir).name}.gguf"
+        target_conversion = convert(target_dir, target_gguf, converter, pre=a.pre_tokenizer)
+    if not target_gguf.is_file():
+        raise ValueError(f"--target-gguf {target_gguf} is not a file")
     drafter_gguf = out_dir / f"{Path(a.drafter).name}.gguf"
-    conversion = convert(a.drafter, target_dir, drafter_gguf, converter)
+    conversion = convert(a.drafter, drafter_gguf, converter, target_dir, pre=a.pre_tokenizer)
     print(f"converted {a.drafter} -> {drafter_gguf} ({conversion['tensors']} tensors)")
     drafter = load_drafter(a.drafter, target=target) if a.minidflash else None
     stops = stop_ids(tokenizer)
     command = "python -m minidflash llama-cpp " + " ".join(sys.argv[1:] if argv is None else argv)
     result = {"command": command, "target": a.target, "target_gguf": target_gguf.name,
-              "drafter": a.drafter, "conversion": conversion,
+              "drafter": a.drafter, "conversion": conversion, "target_conversion": target_conversion,
               "max_new_tokens": a.max_new_tokens, "n": a.n, "n_max": a.n_max,
               "threads": a.threads, "no_repack": a.no_repack, "reruns": 0, "suites": {}}
     kw = dict(threads=a.threads, no_repack=a.no_repack)
@@ -426,7 +476,7 @@ def main(argv=None) -> dict:
         for i, row in enumerate(corpus.read_jsonl(PROMPTS_DIR / f"{suite}.jsonl")[: a.n]):
             text = chat_text(tokenizer, row["messages"])
             ours = chat_ids(tokenizer, row["messages"])[0].tolist()
-            r = {"id": row["id"], "prompt_tokens": len(ours), "speculative": {}}
+            r = {"id": row.get("id", f"{suite}-{i}"), "prompt_tokens": len(ours), "speculative": {}}
             order = ["plain", *a.n_max] if i % 2 == 0 else [*a.n_max, "plain"]
             for what in order:                         # alternate, as bench does
                 if what == "plain":
