@@ -29,6 +29,14 @@ and model.safetensors with exactly the tensors ``layers.{i}.*``, ``fc.weight``,
 ``hidden_norm.weight``, ``norm.weight``. SGLang (``--speculative-algorithm DFLASH``) and vLLM
 (``"method": "dflash"``) serve it; tests/test_serving.py lists the keys each reads.
 
+A draft vocabulary (optional; the reduced draft vocabulary of EAGLE-3 and FR-Spec): the drafter
+may score only K token ids ``draft_vocab`` (the K most frequent of the target's regenerated
+answers, ``trainer.draft_vocabulary``), a slice of the target's lm_head rows:
+       d_j = draft_vocab[ argmax_i  W_lm[draft_vocab[i]] . h_j ]            (K, H) rows, not (V, H)
+Verification still scores all V tokens, so decoding stays lossless; a token outside the slice is
+never drafted, only emitted by the target. The ids live in ``draft_vocab.json`` next to the
+published files, which stay as they are (an engine that ignores the extra file drafts over all V).
+
 Sliding-window attention is not implemented: every drafter layer sees all the context. A config
 whose ``layer_types`` hold ``"sliding_attention"`` (newer published drafters, e.g. for Qwen3.6)
 is refused with an error rather than run with full attention, which would draft differently
@@ -39,6 +47,7 @@ from __future__ import annotations
 
 import json
 import os
+import weakref
 from pathlib import Path
 
 import torch
@@ -50,6 +59,9 @@ from transformers.models.qwen3.modeling_qwen3 import (Qwen3MLP, Qwen3RMSNorm,
 from .attention import attend, check_backend, default_backend
 from .config import PAPER, TINY_DRAFTER_DIR
 from .hub import snapshot
+
+DRAFT_VOCAB_FILE = "draft_vocab.json"     # optional, beside the published config + weights
+
 
 def default_target_layer_ids(num_target_layers: int, num_features: int) -> list[int]:
     """L_f evenly spaced target layers from 1 to T-3 (T // 2 when L_f = 1); section 2."""
@@ -189,7 +201,48 @@ class DFlashDrafter(nn.Module):
         self.norm = Qwen3RMSNorm(H, eps=config.rms_norm_eps)
         self.rotary_emb = Qwen3RotaryEmbedding(config)
         self.backend = "sdpa"   # "sdpa" | "triton": see default_backend(); set by load_drafter
+        # (K,) sorted token ids the drafter scores, or None for all V; not in the state dict
+        # (the published tensors stay exactly as they are): see set_draft_vocab
+        self.register_buffer("draft_vocab", None, persistent=False)
+        self._head_rows = None  # (weakref to lm_head weight, its version, vocab, rows): the slice
         self.apply(self._init_weights)
+
+    def set_draft_vocab(self, token_ids) -> None:
+        """Draft over these token ids only (any order, no repeats); None drafts over all V."""
+        if token_ids is None:
+            self.draft_vocab = None
+            return
+        ids = torch.as_tensor(token_ids)
+        V = self.config.vocab_size
+        if ids.dim() != 1 or ids.numel() == 0 or ids.dtype.is_floating_point or ids.dtype == torch.bool:
+            raise ValueError(f"draft_vocab must be a non-empty 1-D list of integer token ids, got "
+                             f"{tuple(ids.shape)} {ids.dtype}; e.g. trainer.draft_vocabulary(data, k).")
+        ids = ids.long()
+        if int(ids.min()) < 0 or int(ids.max()) >= V:
+            bad = ids[(ids < 0) | (ids >= V)][:5].tolist()
+            raise ValueError(f"draft_vocab holds ids {bad} outside the vocabulary 0..{V - 1}: "
+                             f"was it made for another target?")
+        ids = ids.sort().values          # ascending: ties break as in the full-vocabulary argmax
+        if (ids[1:] == ids[:-1]).any():
+            dup = ids[1:][ids[1:] == ids[:-1]].unique()[:5].tolist()
+            raise ValueError(f"draft_vocab repeats ids {dup}: list each token once.")
+        self.draft_vocab = ids.to(self.fc.weight.device)
+
+    def logits(self, target, h: torch.Tensor) -> torch.Tensor:
+        """The target's lm_head on drafter states h (..., H): (..., V), or (..., K) over the draft
+        vocabulary when one is set (index i is token ``draft_vocab[i]``)."""
+        head = target.get_output_embeddings()
+        if self.draft_vocab is None:
+            return head(h)
+        bias = None if head.bias is None else head.bias[self.draft_vocab]
+        if head.weight.requires_grad:    # a head that trains is sliced afresh every call
+            return nn.functional.linear(h, head.weight[self.draft_vocab], bias)
+        w, version, vocab, rows = self._head_rows or (lambda: None, None, None, None)
+        if (w() is not head.weight or version != head.weight._version or vocab is not self.draft_vocab
+                or (rows.is_inference() and not torch.is_inference_mode_enabled())):
+            rows = head.weight.detach().index_select(0, self.draft_vocab)     # (K, H), once
+            self._head_rows = (weakref.ref(head.weight), head.weight._version, self.draft_vocab, rows)
+        return nn.functional.linear(h, rows, bias)
 
     def _init_weights(self, module):
         if isinstance(module, nn.Linear):
@@ -233,7 +286,8 @@ class DFlashDrafter(nn.Module):
         block[:, 0] = last_token
         pos = torch.arange(start - C, start + B, device=block.device).expand(N, -1)
         h = self(target.get_input_embeddings()(block), target_hidden, pos, cache=cache)
-        return target.get_output_embeddings()(h[:, 1:]).argmax(-1)             # (N, B-1)
+        best = self.logits(target, h[:, 1:]).argmax(-1)                        # (N, B-1)
+        return best if self.draft_vocab is None else self.draft_vocab[best]    # full-vocab ids
 
     def new_cache(self) -> DynamicCache:
         return DynamicCache()
@@ -242,12 +296,17 @@ class DFlashDrafter(nn.Module):
     # The published format
     # ----------------------------------------------------------------------------------------
     def save_pretrained(self, save_directory: str | os.PathLike) -> None:
-        """Write config.json + model.safetensors in the published layout, atomically."""
+        """Write config.json + model.safetensors in the published layout, and the draft
+        vocabulary (if any) as draft_vocab.json beside them; atomically (all in a folder that
+        replaces the old one once complete)."""
         from safetensors.torch import save_file
 
         out = Path(save_directory)
         tmp = out.with_name(out.name + ".tmp")
-        tmp.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():        # left by an interrupted save: none of its files may ship
+            import shutil
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
         c = self.config
         rope = dict(getattr(c, "rope_parameters", None)
                     or {"rope_type": "default", "rope_theta": getattr(c, "rope_theta", 1e6)})
@@ -270,6 +329,9 @@ class DFlashDrafter(nn.Module):
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
         state = {k: v.detach().contiguous() for k, v in self.state_dict().items()}
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        if self.draft_vocab is not None:
+            (tmp / DRAFT_VOCAB_FILE).write_text(json.dumps(
+                {"token_ids": self.draft_vocab.tolist()}, separators=(",", ":")) + "\n")
         if out.exists():
             import shutil
             shutil.rmtree(out)
@@ -277,18 +339,19 @@ class DFlashDrafter(nn.Module):
 
 
 def load_drafter(name_or_path=None, target=None, dtype=torch.float32, device="cpu",
-                 backend: str | None = None) -> DFlashDrafter:
+                 backend: str | None = None, draft_vocab: bool = True) -> DFlashDrafter:
     """Load a drafter in the published format; None is the shipped tiny drafter.
 
     With a target, checks that the drafter fits it (hidden size, vocabulary, layer ids).
     backend: the attention backend, "sdpa" or "triton" (None: default_backend(device), which is
-    SDPA for inference).
+    SDPA for inference). draft_vocab: read draft_vocab.json when the folder has one (False
+    ignores it and drafts over the full vocabulary, as an engine that does not know the file).
     """
     backend = check_backend(backend or default_backend(device))
     from safetensors.torch import load_file
 
     path = snapshot(TINY_DRAFTER_DIR if name_or_path is None else name_or_path, TINY_DRAFTER_DIR,
-                    allow_patterns=["config.json", "*.safetensors"])
+                    allow_patterns=["config.json", "*.safetensors", DRAFT_VOCAB_FILE])
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{path} has no config.json: a drafter directory needs config.json "
                                 f"and model.safetensors (write one with drafter.save_pretrained).")
@@ -318,6 +381,13 @@ def load_drafter(name_or_path=None, target=None, dtype=torch.float32, device="cp
     drafter.load_state_dict(state, strict=True)
     drafter.to(device=device, dtype=dtype).eval().requires_grad_(False)
     drafter.backend = backend
+    if draft_vocab and (path / DRAFT_VOCAB_FILE).is_file():
+        try:
+            drafter.set_draft_vocab(json.loads((path / DRAFT_VOCAB_FILE).read_text())["token_ids"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{path / DRAFT_VOCAB_FILE} is not a draft vocabulary "
+                             f'{{"token_ids": [...]}} for this drafter: {e} (delete the file to '
+                             f"draft over the full vocabulary).") from e
     if target is not None:
         check_fits(drafter, target)
     return drafter
@@ -336,6 +406,11 @@ def check_fits(drafter: DFlashDrafter, target) -> None:
         raise ValueError(f"mask_token_id {drafter.mask_token_id} is outside the target's vocabulary "
                          f"(0..{vocab - 1}); set dflash_config.mask_token_id to the id of the "
                          f"target tokenizer's {PAPER.mask_token} token.")
+    subset = getattr(drafter, "draft_vocab", None)
+    if subset is not None and int(subset.max()) >= target.get_output_embeddings().weight.shape[0]:
+        raise ValueError(f"The drafter's draft vocabulary names token {int(subset.max())}, outside "
+                         f"the target's lm_head ({target.get_output_embeddings().weight.shape[0]} "
+                         f"rows): it was made for another target.")
     bad = [i for i in drafter.target_layer_ids if not 0 <= i < tc.num_hidden_layers]
     if bad:
         raise ValueError(f"target_layer_ids {drafter.target_layer_ids} name layers {bad} that the "

@@ -14,6 +14,18 @@
 5. The target's embedding and lm_head are shared and frozen; only the drafter trains (AdamW,
    warmup, cosine decay to a floor, gradient clipping).
 
+Two options beyond the paper (both off by default):
+- A draft vocabulary (``draft_vocab`` K; EAGLE-3's reduced draft vocabulary, FR-Spec): the K
+  tokens most frequent in the regenerated answers (``draft_vocabulary``). Logits are the K rows
+  of the lm_head; a label outside them gets no loss (the drafter can never draft it; EAGLE-3
+  masks such positions the same way) but still counts as a miss in tau; their share is logged.
+- Soft labels (``soft_labels`` k): the target's top-k logits at every answer position, taken in
+  the pass that gives the features, and the loss
+       KL(p || q) = sum_i p_i (log p_i - log q_i)
+  with p the target's softmax renormalised over its top-k (and over the draft vocabulary, if
+  set) and q the drafter's softmax, weighted by w_k like the CE. Hard labels stay the default
+  (the paper's); tau is always measured against the hard labels.
+
 Run: ``python -m minidflash train --help`` (``tools/train_drafter.py``; data/README.md records
 the shipped run). Data parallel on K processes: the same command under ``torchrun
 --nproc_per_node K -m minidflash train ...`` (gloo on CPU; NCCL when the target is on CUDA). The
@@ -71,6 +83,9 @@ class TrainConfig:
     backend: str | None = None              # attention: "sdpa" | "triton"; None = per device
     eval_every: int = 200
     out: str = str(TINY_DRAFTER_DIR)
+    # beyond the paper
+    draft_vocab: int = 0                    # K > 0: draft over the K most frequent answer tokens
+    soft_labels: int = 0                    # k > 0: KL to the target's top-k, instead of CE
 
 
 # --------------------------------------------------------------------------------------------
@@ -80,7 +95,7 @@ class TrainConfig:
 @torch.no_grad()
 def regenerate(target, tokenizer, prompts: list[dict], max_new_tokens: int = 256,
                batch_size: int = 32, progress: bool = True, layer_ids: list[int] | None = None,
-               features_dtype=torch.float16) -> list[dict]:
+               features_dtype=torch.float16, topk: int = 0) -> list[dict]:
     """The target's own greedy answers: [{"ids": LongTensor (S,), "response_start": int}].
 
     With ``layer_ids``, each row also gets ``"features"`` (S - 1, L_f*H) in ``features_dtype``:
@@ -89,6 +104,10 @@ def regenerate(target, tokenizer, prompts: list[dict], max_new_tokens: int = 256
     is paid. The prefill call gives the (left-padded) prompt's, each decode call the fed token's.
     The last token never goes through the target when a row runs to max_new_tokens, and no
     block sees it anyway (context j < anchor a <= S - B).
+
+    With ``topk`` k > 0, each row also gets the target's top-k logits for every answer token,
+    ``"topk_logits"`` (A, k) float16 and ``"topk_ids"`` (A, k) int32 (A = S - response_start;
+    row j: the logits that chose answer token j), from a hook on the lm_head (soft labels).
     """
     stops = stop_ids(tokenizer)
     pad = tokenizer.pad_token_id
@@ -103,6 +122,12 @@ def regenerate(target, tokenizer, prompts: list[dict], max_new_tokens: int = 256
             captured.append([])
             keep = lambda m, args, o, c=captured[k]: c.append((o[0] if isinstance(o, tuple) else o).detach())
             hooks.append((decoder.norm if i == last else decoder.layers[i]).register_forward_hook(keep))
+    top = []   # one (n, 2, k) entry per lm_head call: values and ids of its last position
+    if topk:
+        def keep_top(m, args, o):
+            best = o[:, -1].float().topk(topk, dim=-1)
+            top.append(torch.stack([best.values, best.indices.float()], 1).detach())
+        hooks.append(target.get_output_embeddings().register_forward_hook(keep_top))
     try:
         for s in tqdm(range(0, len(order), batch_size), desc="regenerate", mininterval=10,
                       disable=not progress):
@@ -115,21 +140,29 @@ def regenerate(target, tokenizer, prompts: list[dict], max_new_tokens: int = 256
                 att[r, width - len(rows[i]):] = 1
             for c in captured:
                 c.clear()
+            top.clear()
             gen = target.generate(input_ids=ids, attention_mask=att, do_sample=False,
                                   max_new_tokens=max_new_tokens, eos_token_id=stops, pad_token_id=pad)
-            if hooks:
+            if captured:
                 feats = torch.cat([torch.cat(c, 1) for c in captured], -1)  # (n, W - 1, L_f*H)
                 if feats.shape[1] != gen.shape[1] - 1:
                     raise RuntimeError(f"captured {feats.shape[1]} positions of {gen.shape[1]}: "
                                        f"generate made other calls than one prefill + decodes")
+            if topk and len(top) != gen.shape[1] - width:
+                raise RuntimeError(f"captured {len(top)} lm_head calls for {gen.shape[1] - width} "
+                                   f"generated tokens: generate made other calls than one per token")
+            scores = torch.stack(top, 1) if topk else None                     # (n, G, 2, k)
             for r, i in enumerate(idx):
                 resp = gen[r, width:].tolist()
                 cut = next((k + 1 for k, t in enumerate(resp) if t in stops), len(resp))
                 out[i] = {"ids": torch.cat([rows[i], torch.tensor(resp[:cut])]),
                           "response_start": len(rows[i])}
-                if hooks:  # this row's positions 0 .. S - 2 (its left padding dropped)
+                if layer_ids is not None:  # this row's positions 0 .. S - 2 (left padding dropped)
                     lo = width - len(rows[i])
                     out[i]["features"] = feats[r, lo:width + cut - 1].to(features_dtype).clone()
+                if topk:   # the logits of answer token j came from call j
+                    out[i]["topk_logits"] = scores[r, :cut, 0].half().clone()
+                    out[i]["topk_ids"] = scores[r, :cut, 1].int().clone()
     finally:
         for h in hooks:
             h.remove()
@@ -138,24 +171,45 @@ def regenerate(target, tokenizer, prompts: list[dict], max_new_tokens: int = 256
 
 def cached_regeneration(target, tokenizer, prompts: list[dict], max_new_tokens: int = 256,
                         progress: bool = True, layer_ids: list[int] | None = None,
-                        batch_size: int = 32) -> list[dict]:
+                        batch_size: int = 32, topk: int = 0) -> list[dict]:
     """regenerate(), cached in cache/ under a key of everything it depends on (the prompts, the
     answer length and the target's weights; and layer_ids when features are kept, whose cache
-    is read memory-mapped, so that data-parallel ranks share one copy)."""
+    is read memory-mapped, so that data-parallel ranks share one copy; and topk when kept)."""
     weights = next(target.parameters())
     parts = [prompts, max_new_tokens, float(weights.double().sum())]
     if layer_ids is not None:
         parts.append(["features", list(layer_ids)])
+    if topk:
+        parts.append(["topk", topk])
     key = hashlib.sha1(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:12]
     path = CACHE_DIR / f"regen-{key}.pt"
     if path.exists():
-        return torch.load(path, mmap=layer_ids is not None)
+        return torch.load(path, mmap=layer_ids is not None or topk > 0)
     data = regenerate(target, tokenizer, prompts, max_new_tokens, batch_size=batch_size,
-                      progress=progress, layer_ids=layer_ids)
+                      progress=progress, layer_ids=layer_ids, topk=topk)
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(data, path.with_suffix(".tmp"))
     path.with_suffix(".tmp").replace(path)
     return data
+
+
+def draft_vocabulary(data: list[dict], k: int, vocab_size: int) -> tuple[torch.Tensor, float]:
+    """The k token ids most frequent in the answers of ``data`` (ties: the lower id), sorted
+    ascending, and the share of all answer tokens they cover (a draft vocabulary, see drafter)."""
+    if not 0 < k <= vocab_size:
+        raise ValueError(f"a draft vocabulary of {k} tokens: choose 1..{vocab_size} (the target's "
+                         f"vocabulary), e.g. the K whose coverage of the answers is ~0.99.")
+    counts = torch.zeros(vocab_size, dtype=torch.long)
+    for d in data:
+        answer = d["ids"][d["response_start"]:].long()
+        if len(answer) and (int(answer.min()) < 0 or int(answer.max()) >= vocab_size):
+            raise ValueError(f"an answer holds ids outside 0..{vocab_size - 1}: regenerated by "
+                             f"another target?")
+        counts += torch.bincount(answer, minlength=vocab_size)
+    if counts.sum() == 0:
+        raise ValueError("the data holds no answer tokens to count: regenerate it first.")
+    top = torch.sort(counts, descending=True, stable=True).indices[:k]
+    return top.sort().values, float(counts[top].sum()) / float(counts.sum())
 
 
 # --------------------------------------------------------------------------------------------
@@ -196,6 +250,17 @@ def block_labels(ids: torch.Tensor, anchors: torch.Tensor, block_size: int) -> t
     return labels
 
 
+def slot_topk(top: tuple, anchors: torch.Tensor, block_size: int) -> tuple:
+    """The target's top-k (values, ids), each (N, n, B, k), for every block slot: slot k of the
+    block at a is labelled x_{a+k}, which the target chose from its logits at position a+k-1.
+    top: (values, ids), each (N, S, k), position p holding the logits that chose x_{p+1}."""
+    values, ids = top
+    N, S, k = values.shape
+    pos = (anchors[:, :, None] + torch.arange(block_size) - 1).clamp(0, S - 1)  # (N, n, B)
+    at = pos.view(N, -1, 1).expand(-1, -1, k)
+    return tuple(t.gather(1, at).view(*pos.shape, k) for t in (values, ids))
+
+
 def loss_weights(block_size: int, gamma: float | None) -> torch.Tensor:
     """w_k = exp(-(k-1)/gamma) for k = 1..B-1, w_0 = 0; gamma 0 means no decay."""
     k = torch.arange(block_size, dtype=torch.float32)
@@ -218,21 +283,60 @@ def drafter_logits(drafter: DFlashDrafter, target, ids, hidden, anchors):
     ctx_pos = torch.arange(S).expand(N, -1)
     x = target.get_input_embeddings()(tokens)                                 # (N, n*B, H)
     h = drafter(x, hidden, torch.cat([ctx_pos, pos], 1), anchors=anchors)     # (N, n*B, H)
-    return target.get_output_embeddings()(h).view(N, anchors.shape[1], B, -1)
+    return drafter.logits(target, h).view(N, anchors.shape[1], B, -1)        # V, or K columns
 
 
-def drafter_loss(logits, labels, weights, valid):
-    """Weighted CE over slots. logits (N,n,B,V), labels (N,n,B), weights (B,), valid (N,n)."""
-    ce = F.cross_entropy(logits.flatten(0, 2).float(), labels.flatten().clamp(min=0),
-                         reduction="none").view(labels.shape)                  # (N, n, B)
+def vocab_index(vocab: torch.Tensor | None, ids: torch.Tensor):
+    """Column of each token id in logits over ``vocab`` (K,) sorted ids (None: all, the id
+    itself), and whether the token is there at all."""
+    if vocab is None:
+        return ids.clamp(min=0), ids >= 0
+    col = torch.searchsorted(vocab, ids.clamp(min=0)).clamp(max=len(vocab) - 1)
+    return col, vocab[col] == ids
+
+
+def soft_loss(logits, top, vocab=None):
+    """KL(p || q) per slot (N, n, B) and whether it is defined (some of p's tokens are drafted).
+
+    logits (N,n,B,V or K) the drafter's; top = (values, ids), each (N,n,B,k), the target's top-k
+    logits; p is their softmax renormalised over the top-k tokens inside ``vocab``."""
+    values, ids = top
+    col, inside = vocab_index(vocab, ids.long())                               # (N, n, B, k)
+    defined = inside.any(-1)                                                   # (N, n, B)
+    masked = values.float().masked_fill(~inside, float("-inf")).masked_fill(~defined[..., None], 0)
+    logp = torch.log_softmax(masked, -1).masked_fill(~inside, 0)               # log p_i, 0 outside
+    logq = torch.log_softmax(logits.float(), -1).gather(-1, col)               # log q_i
+    kl = (logp.exp() * inside * (logp - logq)).sum(-1)                         # (N, n, B)
+    return kl, defined
+
+
+def drafter_loss(logits, labels, weights, valid, vocab=None, soft=None):
+    """Weighted loss over slots: CE to the labels, or with ``soft`` (the target's top-k per slot,
+    see slot_topk) the KL to the target's distribution.
+
+    logits (N,n,B,V), or (N,n,B,K) over a draft vocabulary ``vocab`` (K,) sorted ids; labels
+    (N,n,B) full-vocabulary ids; weights (B,); valid (N,n). A label outside ``vocab`` gets no CE
+    (nothing could draft it) and counts as a miss in tau; stats["outside"] is their share."""
+    col, inside = vocab_index(vocab, labels)                                   # (N, n, B)
     w = weights[None, None, :] * valid[:, :, None] * (labels >= 0)
-    loss = (ce * w).sum() / w.sum().clamp(min=1e-9)
+    if soft is None:
+        per_slot = F.cross_entropy(logits.flatten(0, 2).float(), col.flatten(),
+                                   reduction="none").view(labels.shape)        # (N, n, B)
+        defined = inside
+    else:
+        per_slot, defined = soft_loss(logits, soft, vocab)
+    loss = (per_slot * w * defined).sum() / (w * defined).sum().clamp(min=1e-9)
     with torch.no_grad():  # acceptance at these anchors: 1 + number of leading correct slots
-        correct = (logits.argmax(-1) == labels)[:, :, 1:].long()
+        drafted = logits.argmax(-1) if vocab is None else vocab[logits.argmax(-1)]
+        correct = (drafted == labels)[:, :, 1:].long()
         accepted = correct.cumprod(-1).sum(-1).float() + 1                     # (N, n)
         tau = (accepted * valid).sum() / valid.sum().clamp(min=1)
         acc = (correct.float() * valid[:, :, None]).sum() / (valid.sum() * (labels.shape[2] - 1)).clamp(min=1)
-    return loss, {"tau": float(tau), "acc": float(acc)}
+        stats = {"tau": float(tau), "acc": float(acc)}
+        if vocab is not None:
+            labelled = w > 0
+            stats["outside"] = float((labelled & ~inside).sum()) / max(1, int(labelled.sum()))
+    return loss, stats
 
 
 def make_batch(data: list[dict], idx: list[int], cfg: TrainConfig, pad: int, gen):
@@ -285,8 +389,32 @@ def ar_loss(drafter: ARDrafter, target, ids, hidden, in_response, ttt_steps: int
 @torch.no_grad()
 def features_of(target, ids, layer_ids):
     """Target features (N, S, L_f*H) of a padded batch (right padding: causal, so unaffected)."""
+    return target_pass(target, ids, layer_ids)[0]
+
+
+@torch.no_grad()
+def target_pass(target, ids, layer_ids, topk: int = 0):
+    """features_of, and with topk k > 0 the target's top-k logits (values, ids), each (N, S, k),
+    at every position from the same pass (position p: the logits that choose x_{p+1})."""
     out = target(input_ids=ids, output_hidden_states=True)
-    return target_features(out.hidden_states, layer_ids)
+    top = None
+    if topk:
+        best = out.logits.float().topk(topk, dim=-1)
+        top = (best.values, best.indices)
+    return target_features(out.hidden_states, layer_ids), top
+
+
+def answer_topk(d: dict, k: int, width: int) -> tuple:
+    """One row's stored top-k (``regenerate(topk=...)``: answer token j's logits), placed by
+    position as target_pass gives them: values and ids (width, k), position p choosing x_{p+1}."""
+    values, ids = torch.zeros(width, k), torch.zeros(width, k, dtype=torch.long)
+    if d["topk_logits"].shape[1] < k:
+        raise ValueError(f"the data holds the target's top-{d['topk_logits'].shape[1]} logits, "
+                         f"soft_labels asks for {k}: regenerate with topk >= {k}.")
+    lo = d["response_start"] - 1                  # answer token 0 was chosen at the prompt's end
+    values[lo:lo + len(d["topk_logits"])] = d["topk_logits"][:, :k].float()
+    ids[lo:lo + len(d["topk_ids"])] = d["topk_ids"][:, :k].long()
+    return values, ids
 
 
 def distributed(target) -> tuple[int, int]:
@@ -333,17 +461,40 @@ def train(cfg: TrainConfig, target, tokenizer, data: list[dict], progress=True,
             next(target.parameters()).device, training=True))
     else:
         raise ValueError(f"TrainConfig.drafter {cfg.drafter!r} is not 'dflash' or 'ar'")
+    vocab_size = target.get_output_embeddings().weight.shape[0]
+    for name, k in (("draft_vocab", cfg.draft_vocab), ("soft_labels", cfg.soft_labels)):
+        if k and cfg.drafter != "dflash":
+            raise ValueError(f"TrainConfig.{name} trains the DFlash drafter only; set it to 0 "
+                             f"with drafter={cfg.drafter!r}.")
+        if not 0 <= k <= vocab_size:
+            raise ValueError(f"TrainConfig.{name} = {k}: choose 0 (off) or 1..{vocab_size} tokens.")
+    vocab_info = None
+    if cfg.draft_vocab:   # the K most frequent answer tokens: the same on every rank (same data)
+        vocab, coverage = draft_vocabulary(data, cfg.draft_vocab, vocab_size)
+        drafter.set_draft_vocab(vocab)
+        vocab_info = {"k": cfg.draft_vocab, "answer_coverage": round(coverage, 5)}
     drafter.train()
     layer_ids = drafter.target_layer_ids
     gamma = gamma_for(cfg.block_size) if cfg.gamma is None else cfg.gamma
     weights = loss_weights(cfg.block_size, gamma)
 
-    offline = None
+    offline = offline_top = None
     if cfg.features == "offline":  # every sequence's features once, kept in memory (fp16):
-        # captured while regenerating (regenerate(layer_ids=...)) or, failing that, one pass now
+        # captured while regenerating (regenerate(layer_ids=..., topk=...)) or, failing that,
+        # one pass now
         width = len(layer_ids) * target.config.hidden_size
-        offline = [d["features"] if "features" in d else features_of(target, d["ids"][None], layer_ids)[0].half()
-                   for d in tqdm(data, desc="features", disable=not progress, mininterval=10)]
+        offline, offline_top = [], []
+        for d in tqdm(data, desc="features", disable=not progress, mininterval=10):
+            if "features" in d and (not cfg.soft_labels or "topk_logits" in d):
+                offline.append(d["features"])
+                offline_top.append(d if cfg.soft_labels else None)
+                continue
+            f, top = target_pass(target, d["ids"][None], layer_ids, cfg.soft_labels)
+            offline.append(d["features"] if "features" in d else f[0].half())
+            offline_top.append(None if top is None else {
+                "response_start": d["response_start"],     # answer token j: position start-1+j
+                "topk_logits": top[0][0, d["response_start"] - 1:-1].half(),
+                "topk_ids": top[1][0, d["response_start"] - 1:-1].int()})
         if any(f.shape[-1] != width for f in offline):
             raise ValueError(f"cached features are not {width} wide ({len(layer_ids)} layers "
                              f"{layer_ids}): regenerate with the drafter's target_layer_ids.")
@@ -359,12 +510,15 @@ def train(cfg: TrainConfig, target, tokenizer, data: list[dict], progress=True,
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     history = {"step": [], "loss": [], "tau": [], "acc": [], "lr": []}
+    if cfg.draft_vocab:
+        history["outside"] = []     # per step: share of labels outside the draft vocabulary
     gen = torch.Generator().manual_seed(cfg.seed)   # data order and anchors
     order, epoch_pos = [], 0                        # this epoch's order, and the place in it
     start_step, ckpt = 0, Path(cfg.out + ".ckpt")
     if (ckpt / "state.pt").exists():
         state = torch.load(ckpt / "state.pt")
-        if state["config"] == asdict(cfg):
+        # a field added since the checkpoint was written reads as its default
+        if {**asdict(TrainConfig()), **state["config"]} == asdict(cfg):
             drafter.load_state_dict(state["drafter"])
             opt.load_state_dict(state["opt"])
             sched.load_state_dict(state["sched"])
@@ -385,12 +539,16 @@ def train(cfg: TrainConfig, target, tokenizer, data: list[dict], progress=True,
         if world > 1:  # every rank draws the whole batch (gen stays in step), then keeps its rows
             idx, ids, anchors, valid, in_response = (
                 t[rank::world] for t in (idx, ids, anchors, valid, in_response))
+        top = None
         if offline is not None:
             hidden = torch.zeros(len(idx), ids.shape[1], offline[0].shape[-1])
             for r, i in enumerate(idx):
                 hidden[r, :len(offline[i])] = offline[i].float()
+            if cfg.soft_labels:
+                rows = [answer_topk(offline_top[i], cfg.soft_labels, ids.shape[1]) for i in idx]
+                top = tuple(torch.stack(t) for t in zip(*rows))                # (N, S, k) each
         else:
-            hidden = features_of(target, ids, layer_ids)
+            hidden, top = target_pass(target, ids, layer_ids, cfg.soft_labels)
         if not cfg.use_target_features:
             hidden = torch.zeros_like(hidden)
         if cfg.drafter == "ar":
@@ -398,7 +556,8 @@ def train(cfg: TrainConfig, target, tokenizer, data: list[dict], progress=True,
         else:
             logits = drafter_logits(drafter, target, ids, hidden, anchors)
             labels = block_labels(ids, anchors, cfg.block_size)
-            loss, stats = drafter_loss(logits, labels, weights, valid)
+            soft = None if top is None else slot_topk(top, anchors, cfg.block_size)
+            loss, stats = drafter_loss(logits, labels, weights, valid, drafter.draft_vocab, soft)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if world > 1:  # what DDP does: every rank steps with the mean gradient over ranks
@@ -410,13 +569,15 @@ def train(cfg: TrainConfig, target, tokenizer, data: list[dict], progress=True,
         opt.step()
         sched.step()
         stats["loss"] = loss.item()
+        logged = [k for k in ("loss", "tau", "acc", "outside") if k in stats]
         if world > 1:  # log the whole batch: the mean over ranks
-            figures = torch.tensor([stats[k] for k in ("loss", "tau", "acc")], device=loss.device)
+            figures = torch.tensor([stats[k] for k in logged], device=loss.device)
             dist.all_reduce(figures)
-            stats.update(zip(("loss", "tau", "acc"), (figures / world).tolist()))
-        for k, v in (("step", step), ("loss", stats["loss"]), ("tau", stats["tau"]),
-                     ("acc", stats["acc"]), ("lr", sched.get_last_lr()[0])):
-            history[k].append(v)
+            stats.update(zip(logged, (figures / world).tolist()))
+        history["step"].append(step)
+        history["lr"].append(sched.get_last_lr()[0])
+        for k in logged:
+            history[k].append(stats[k])
         if step % 10 == 0:
             bar.set_postfix(loss=f"{stats['loss']:.3f}", tau=f"{stats['tau']:.2f}")
         if rank == 0 and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps):
@@ -431,6 +592,9 @@ def train(cfg: TrainConfig, target, tokenizer, data: list[dict], progress=True,
     info = {**(info or {}), "config": config, "wall_s": round(time.time() - t0, 1), "sequences": len(data),
             "final_loss": history["loss"][-1] if history["loss"] else None,
             "final_tau_train_anchors": sum(history["tau"][-50:]) / max(1, len(history["tau"][-50:]))}
+    if vocab_info is not None:  # share of the labels trained on that the subset lacks
+        info["draft_vocab"] = {**vocab_info, "labels_outside": round(
+            sum(history["outside"]) / max(1, len(history["outside"])), 5)}
     if rank == 0:
         drafter.save_pretrained(cfg.out)
         Path(cfg.out, "training.json").write_text(json.dumps({"info": info, "history": history}))

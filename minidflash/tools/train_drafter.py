@@ -16,6 +16,9 @@ core busy), then the ranks meet at a barrier (gloo's default timeout: 30 minutes
 shard well under that) and read all shards. ``--regenerate-only`` stops there. With
 ``--features offline`` the target's features are captured during the regeneration.
 ``--use-shards K`` trains on the first K shards only: a data budget, recorded with the drafter.
+``--draft-vocab K`` drafts over the K most frequent answer tokens (saved as draft_vocab.json
+beside the drafter); ``--soft-labels k`` trains on the target's top-k logits (KL) instead of its
+tokens, captured with the features (offline: while regenerating, a cache of its own).
 """
 
 from __future__ import annotations
@@ -55,9 +58,11 @@ def tiny_training_data(target, tokenizer, n_arithmetic=4000, n_code=1000, max_ne
 def chat_training_data(target, tokenizer, n_math=CHAT_COUNTS["n_math"],
                        n_code=CHAT_COUNTS["n_code"], n_prose=CHAT_COUNTS["n_prose"],
                        max_new_tokens=256, seed=0, prose_source="texts", layer_ids=None,
-                       regen_batch=32, regen_shards=1, mine=None, progress=True) -> list[dict]:
+                       regen_batch=32, regen_shards=1, mine=None, progress=True,
+                       topk=0) -> list[dict]:
     """A chat target's own answers to ``chat_prompts`` (cached in cache/); with ``layer_ids``
-    also its features of those layers, captured while it answers.
+    also its features of those layers, and with ``topk`` its top-k logits, captured while it
+    answers.
 
     The prompts are regenerated in ``regen_shards`` shards (``prompts[s::regen_shards]``), each
     cached on its own: a killed regeneration resumes at the first shard not done, and data
@@ -68,7 +73,8 @@ def chat_training_data(target, tokenizer, n_math=CHAT_COUNTS["n_math"],
     return [d for s in mine
             for d in cached_regeneration(target, tokenizer, prompts[s::regen_shards],
                                          max_new_tokens, progress=progress,
-                                         layer_ids=layer_ids, batch_size=regen_batch)]
+                                         layer_ids=layer_ids, batch_size=regen_batch,
+                                         topk=topk)]
 
 
 def config_parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -163,12 +169,13 @@ def main(argv=None) -> dict:
     def data_for(progress=True, mine=None):
         if target_name is None:
             return tiny_training_data(target, tokenizer, seed=cfg.seed, progress=progress, **data_args)
-        layer_ids = None                    # offline features: captured while regenerating
+        layer_ids, topk = None, 0           # offline features: captured while regenerating
         if cfg.features == "offline":
             layer_ids = cfg.target_layer_ids or default_target_layer_ids(
                 target.config.num_hidden_layers, cfg.num_features or cfg.num_layers)
+            topk = cfg.soft_labels
         return chat_training_data(target, tokenizer, seed=cfg.seed, layer_ids=layer_ids,
-                                  progress=progress, mine=mine, **data_args)
+                                  progress=progress, mine=mine, topk=topk, **data_args)
 
     rank, world = distributed(target)       # (0, 1) unless run by torchrun
     if target_name is not None and world > 1:   # every rank regenerates its shards, then all
