@@ -258,11 +258,11 @@ def run(cmd: list, timeout: float = 1800) -> subprocess.CompletedProcess:
     return p
 
 
-def decode(cmd: list, read, tries: int = 3):
+def decode(cmd: list, read, tries: int = 8):
     """``read(run(cmd))``, run again when the log cannot be read. llama.cpp writes its log from
     a background thread, and a process that exits right after its last lines can lose them
-    (seen here on short runs); greedy decoding gives the same tokens on the rerun. Returns
-    (what read returned, the number of reruns)."""
+    (here a quarter of the short runs on a loaded machine); greedy decoding gives the same
+    tokens on the rerun. Returns (what read returned, the number of reruns)."""
     for attempt in range(tries):
         try:
             return read(run(cmd)), attempt
