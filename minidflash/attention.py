@@ -78,12 +78,20 @@ def check_backend(backend: str) -> str:
     return backend
 
 
-def attend(q, k, v, anchors, num_context, block_size, backend="sdpa"):
+def attend(q, k, v, anchors, num_context, block_size, backend="sdpa", key_mask=None):
     """Attention of block queries over [context ; blocks] under the visibility rule (mask.py).
 
     q (N, Hq, n*B, D); k, v (N, Hkv, S + n*B, D); anchors (N, n), or None for one block that
-    follows all the context (inference: everything visible). Returns (N, Hq, n*B, D).
+    follows all the context (inference: everything visible). key_mask (N, S + n*B) bool, or
+    None: at inference over a ragged batch (batch.py), False on the keys of holes, which no
+    query sees; it runs on SDPA (the kernel knows no holes). Returns (N, Hq, n*B, D).
     """
+    if key_mask is not None:
+        if anchors is not None:
+            raise ValueError("key_mask is for inference (one block per row, anchors=None); "
+                             "training blocks take their visibility from anchors.")
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask[:, None, None, :],
+                                              enable_gqa=q.shape[1] != k.shape[1])
     if check_backend(backend) == "triton":
         from .kernel import block_attention
         if anchors is None:

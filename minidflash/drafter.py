@@ -140,8 +140,10 @@ class DrafterAttention(nn.Module):
         self.q_norm = Qwen3RMSNorm(D, eps=config.rms_norm_eps)
         self.k_norm = Qwen3RMSNorm(D, eps=config.rms_norm_eps)
 
-    def forward(self, x, c, cos, sin, cache=None, anchors=None, block_size=None, backend="sdpa"):
+    def forward(self, x, c, cos, sin, cache=None, anchors=None, block_size=None, backend="sdpa",
+                key_mask=None):
         # x: (N, Q, H) block slots; c: (N, C, H) new context features; cos/sin: (N, C + Q, D)
+        # key_mask: (N, S) context keys a ragged batch may see (cached + new), or None: all
         N, Q, _ = x.shape
         C, D = c.shape[1], self.head_dim
         heads = lambda t, h: t.view(N, -1, h, D).transpose(1, 2)              # (N, h, T, D)
@@ -156,7 +158,10 @@ class DrafterAttention(nn.Module):
             k_ctx, v_ctx = cache.update(k_ctx, v_ctx, self.layer_idx)
         k = torch.cat([k_ctx, k_blk], dim=2)                                   # (N, Hkv, S+Q, D)
         v = torch.cat([v_ctx, v_blk], dim=2)
-        out = attend(q, k, v, anchors, k_ctx.shape[2], block_size or Q, backend)  # (N, Hq, Q, D)
+        if key_mask is not None:                   # the block's own slots are always visible
+            key_mask = torch.cat([key_mask, key_mask.new_ones(N, Q)], 1)       # (N, S+Q)
+        out = attend(q, k, v, anchors, k_ctx.shape[2], block_size or Q, backend,
+                     key_mask=key_mask)                                        # (N, Hq, Q, D)
         return self.o_proj(out.transpose(1, 2).reshape(N, Q, -1))
 
 
@@ -250,7 +255,8 @@ class DFlashDrafter(nn.Module):
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
 
-    def forward(self, noise_embedding, target_hidden, position_ids, cache=None, anchors=None):
+    def forward(self, noise_embedding, target_hidden, position_ids, cache=None, anchors=None,
+                key_mask=None):
         """Drafter hidden states for the block slots.
 
         noise_embedding: (N, Q, H) target embeddings of the block tokens (Q = n*B slots)
@@ -259,6 +265,8 @@ class DFlashDrafter(nn.Module):
         cache:           a DynamicCache holding the K/V of earlier context (inference), or None
         anchors:         (N, n) anchor of each block when training n blocks at once, or None for
                          one block after all the context (inference)
+        key_mask:        (N, S) bool over [cached ; new] context, False on a ragged batch's
+                         holes (verifier.speculative_generate_batch), or None: all visible
         returns          (N, Q, H); apply the target's lm_head for logits.
         """
         c = self.hidden_norm(self.fc(target_hidden))                           # (N, C, H)
@@ -267,25 +275,30 @@ class DFlashDrafter(nn.Module):
         for layer in self.layers:
             x = layer(x, c, cos, sin, cache=cache, anchors=anchors,
                       block_size=self.block_size if anchors is not None else None,
-                      backend=self.backend)
+                      backend=self.backend, key_mask=key_mask)
         return self.norm(x)
 
     @torch.inference_mode()
     def draft(self, target, last_token: torch.Tensor, target_hidden: torch.Tensor,
-              start: int, cache, block_size: int | None = None, context_ids=None) -> torch.Tensor:
+              start, cache, block_size: int | None = None, context_ids=None,
+              context_mask=None) -> torch.Tensor:
         """Greedy block draft: ids (N, B-1) for slots 1..B-1 after last_token (N,) at start.
 
         target_hidden (N, C, L_f*H) holds the features of the C committed tokens that the cache
         has not seen yet (positions start - C .. start - 1). context_ids, those tokens, is
         unused: the block drafter reads the context through its features only (an
-        autoregressive drafter, ``ar_drafter.py``, also embeds them).
+        autoregressive drafter, ``ar_drafter.py``, also embeds them). A ragged batch (rows at
+        different lengths) passes start as (N,) positions, one per row, and context_mask
+        (N, S) bool over [cached ; new] context, False on holes (batch.py).
         """
         B = block_size or self.block_size
         N, C = target_hidden.shape[:2]
         block = torch.full((N, B), self.mask_token_id, dtype=torch.long, device=last_token.device)
         block[:, 0] = last_token
-        pos = torch.arange(start - C, start + B, device=block.device).expand(N, -1)
-        h = self(target.get_input_embeddings()(block), target_hidden, pos, cache=cache)
+        pos = (torch.as_tensor(start, device=block.device).view(-1, 1)
+               + torch.arange(-C, B, device=block.device)).expand(N, -1)        # (N, C+B)
+        h = self(target.get_input_embeddings()(block), target_hidden, pos, cache=cache,
+                 key_mask=context_mask)
         best = self.logits(target, h[:, 1:]).argmax(-1)                        # (N, B-1)
         return best if self.draft_vocab is None else self.draft_vocab[best]    # full-vocab ids
 

@@ -17,6 +17,16 @@ states the verify pass computed for them become the drafter's next context: noth
 recomputed. ``block_size=1`` skips the drafter: plain autoregressive decoding through the same
 code, the paper's baseline. Every timestamp is read by ``clock``, after a CUDA synchronise, so a
 pass's GPU time lands in its own bucket (prefill, draft, verify).
+
+Many requests at once (``speculative_generate_batch``): input_ids (N, S), left-padded, with an
+attention_mask, as transformers' ``generate`` takes them. Each row accepts its own a_i + 1
+tokens per step (*ragged acceptance*), so after one step the rows have different lengths. The
+scheme kept (batch.py): ONE cache for the batch, padded, with a per-row ``valid`` mask that is
+the attention mask (holes: padding and each row's rejected drafts), per-row positions, a crop to
+the longest row after every verify, compaction when holes make the cache a quarter too wide, and
+finished rows dropped from the batch. Each row's tokens are exactly what that prompt alone
+decodes (greedy), or a sample from the same distribution (T > 0). A batch of one row takes the
+single-sequence loop below, unchanged.
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
+from . import batch as ragged
 from .drafter import DFlashDrafter, check_fits, target_features
 
 
@@ -110,6 +121,12 @@ def _choose(logits: torch.Tensor, temperature: float, generator) -> torch.Tensor
     return token[..., 0].clamp(max=cdf.shape[-1] - 1)
 
 
+def accepted_lengths(block: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """a per row: how many drafts agree with the target before the first that does not.
+    block (N, B) = [t, d_1..d_{B-1}], y (N, B) the target's choices -> (N,)."""
+    return (block[:, 1:] == y[:, :-1]).long().cumprod(1).sum(1)
+
+
 def accept(block: torch.Tensor, logits: torch.Tensor, temperature: float, generator=None):
     """The acceptance rule. block (1, B) = [t, d_1..d_{B-1}], logits (1, B, V) of the target.
 
@@ -119,17 +136,14 @@ def accept(block: torch.Tensor, logits: torch.Tensor, temperature: float, genera
     rejection y_{j-1} ~ p restricted to tokens != d_j, renormalised.
     """
     y = _choose(logits, temperature, generator)                                # (1, B)
-    a = int((block[0, 1:] == y[0, :-1]).long().cumprod(0).sum())
+    a = int(accepted_lengths(block, y)[0])
     return a, block[0, 1:a + 1].tolist() + [int(y[0, a])], y
 
 
 def _validate(target, drafter, input_ids, max_new_tokens, block_size, temperature):
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.dtype != torch.long:
-        raise ValueError("input_ids must be a (1, S) LongTensor of token ids, e.g. "
+        raise ValueError("input_ids must be a (N, S) LongTensor of token ids, e.g. "
                          "tokenizer(text, return_tensors='pt')['input_ids'].")
-    if input_ids.shape[0] != 1:
-        raise ValueError(f"speculative_generate decodes one sequence at a time, got a batch of "
-                         f"{input_ids.shape[0]}; loop over the prompts.")
     if input_ids.shape[1] == 0:
         raise ValueError("The prompt is empty: give at least one token (e.g. the chat template's "
                          "generation prompt).")
@@ -161,16 +175,28 @@ def speculative_generate(target, drafter: DFlashDrafter | None, input_ids: torch
                          max_new_tokens: int, block_size: int | None = None,
                          temperature: float = 0.0, stop_token_ids=None,
                          generator: torch.Generator | None = None,
-                         record_steps: bool = False) -> GenerationResult:
+                         record_steps: bool = False, attention_mask: torch.Tensor | None = None
+                         ) -> GenerationResult | list[GenerationResult]:
     """Decode up to max_new_tokens after input_ids (1, S) with draft -> verify -> accept.
 
     block_size None takes the drafter's; 1 is plain autoregressive decoding. Generation stops
     after the first stop token (which is kept). At temperature > 0 the target samples with
     ``generator``; the drafter always drafts greedily.
+
+    With an attention_mask, input_ids is a batch (N, S), left-padded, and the answer is a list
+    of N results, one per row: ``speculative_generate_batch``.
     """
+    if attention_mask is not None:
+        return speculative_generate_batch(target, drafter, input_ids, max_new_tokens,
+                                          attention_mask, block_size, temperature,
+                                          stop_token_ids, generator, record_steps)
     if block_size is None:
         block_size = drafter.block_size if drafter is not None else 1
     _validate(target, drafter, input_ids, max_new_tokens, block_size, temperature)
+    if input_ids.shape[0] != 1:
+        raise ValueError(f"speculative_generate decodes one sequence at a time without an "
+                         f"attention_mask, got a batch of {input_ids.shape[0]}: pass the "
+                         f"tokenizer's attention_mask (left padding) for one result per row.")
     B, device = block_size, input_ids.device
     stops = set(int(t) for t in (stop_token_ids or []))
     layer_ids = drafter.target_layer_ids if B > 1 else None
@@ -238,3 +264,163 @@ def speculative_generate(target, drafter: DFlashDrafter | None, input_ids: torch
                             acceptance_lengths=lengths, drafted=drafted[:len(new)],
                             prefill_time=t1 - t0, draft_time=draft_time, verify_time=verify_time,
                             decode_time=t2 - t1, block_size=B, steps=steps)
+
+
+def _validate_batch(drafter, input_ids, attention_mask, block_size) -> torch.Tensor:
+    """The batch's attention mask as (N, S) bool, checked: left padding, a token in every row."""
+    N, S = input_ids.shape
+    if attention_mask is None:
+        return torch.ones(N, S, dtype=torch.bool, device=input_ids.device)
+    if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != input_ids.shape:
+        raise ValueError(f"attention_mask must have input_ids' shape {tuple(input_ids.shape)}, got "
+                         f"{getattr(attention_mask, 'shape', type(attention_mask).__name__)}.")
+    if not ((attention_mask == 0) | (attention_mask == 1)).all():
+        raise ValueError("attention_mask must hold 0 (padding) and 1 (token) only.")
+    mask = attention_mask.bool()
+    if (mask[:, 1:] < mask[:, :-1]).any():
+        raise ValueError("attention_mask is not left-padded (a row has padding after a token): "
+                         "pad on the left, e.g. tokenizer.padding_side = 'left', or batch.left_pad.")
+    if not mask[:, -1].all():
+        empty = (~mask[:, -1]).nonzero()[:, 0].tolist()
+        raise ValueError(f"rows {empty[:5]} of the batch are empty: give every prompt at least one "
+                         f"token.")
+    if block_size > 1 and not isinstance(drafter, DFlashDrafter):
+        raise ValueError(f"a batch needs the DFlash drafter: {type(drafter).__name__} drafts one "
+                         f"row at a time; call speculative_generate on each prompt (1, S) "
+                         f"without an attention_mask.")
+    return mask
+
+
+@torch.inference_mode()
+def speculative_generate_batch(target, drafter: DFlashDrafter | None, input_ids: torch.Tensor,
+                               max_new_tokens: int, attention_mask: torch.Tensor | None = None,
+                               block_size: int | None = None, temperature: float = 0.0,
+                               stop_token_ids=None, generator: torch.Generator | None = None,
+                               record_steps: bool = False) -> list[GenerationResult]:
+    """N requests at once: input_ids (N, S), left-padded, attention_mask (N, S) (None: no
+    padding). One result per row, as ``speculative_generate`` would return for that prompt
+    alone: the same tokens when greedy, the same distribution at T > 0.
+
+    Each step drafts every active row's block in one drafter pass and verifies all blocks in one
+    target pass; row i commits its own a_i + 1 tokens. The caches are ragged (batch.py): one
+    padded cache per model, a per-row ``valid`` mask that is the attention mask, per-row
+    positions ``start`` (N,), compaction when holes pile up, and rows that hit a stop token or
+    max_new_tokens leave the batch. Timings are the batch's: a row's draft and verify time sum
+    the steps it took part in; its decode time runs from the prefill's end to its own last step.
+    """
+    if block_size is None:
+        block_size = drafter.block_size if drafter is not None else 1
+    _validate(target, drafter, input_ids, max_new_tokens, block_size, temperature)
+    mask = _validate_batch(drafter, input_ids, attention_mask, block_size)   # (N, S) bool
+    B, device = block_size, input_ids.device
+    N, S = input_ids.shape
+    stops = set(int(t) for t in (stop_token_ids or []))
+    layer_ids = drafter.target_layer_ids if B > 1 else None
+    lengths = mask.sum(1)                                                    # (N,) prompt lengths
+
+    # 1. Prefill every row; padding columns are holes from the start.
+    t0 = clock(device)
+    cache = DynamicCache()
+    out = target(input_ids=input_ids, attention_mask=mask.long(),
+                 position_ids=ragged.prompt_positions(mask), **cache_kwargs(target, cache),
+                 output_hidden_states=B > 1, logits_to_keep=1)
+    ragged.check_cache(cache)
+    token = _choose(out.logits[:, -1:], temperature, generator)[:, 0]         # (N,)
+    valid = mask                                  # (n, L): target cache columns of committed tokens
+    if B > 1:
+        hidden, fresh = target_features(out.hidden_states, layer_ids), mask   # (n, C, L_f*H), (n, C)
+        draft_cache, draft_valid = drafter.new_cache(), mask[:, :0]           # (n, 0): empty
+    t1 = clock(device)
+
+    new = [[t] for t in token.tolist()]
+    drafted = [[False] for _ in range(N)]
+    accepted = [[] for _ in range(N)]
+    steps = [[] for _ in range(N)]
+    times = [{"draft": 0.0, "verify": 0.0, "end": t1} for _ in range(N)]
+    rows = list(range(N))                         # original index of each active row
+    start = lengths.clone()                       # (n,) position of each row's `token`
+    live = [k for k in rows if new[k][0] not in stops and max_new_tokens > 1]
+    while True:
+        # Finished rows leave the batch: no more compute for them.
+        if len(live) < len(rows):
+            idx = torch.tensor(live, dtype=torch.long, device=device)
+            rows, token, start = [rows[k] for k in live], token[idx], start[idx]
+            if not rows:
+                break
+            ragged.keep_rows(cache, idx)
+            valid = ragged.compact(cache, valid[idx])
+            if B > 1:
+                ragged.keep_rows(draft_cache, idx)
+                draft_valid = ragged.compact(draft_cache, draft_valid[idx])
+                hidden, fresh = hidden[idx], fresh[idx]
+        n = len(rows)
+        # 2. Draft every row's block in one drafter pass; the new context's holes are masked.
+        ts = clock(device)
+        block = token.view(n, 1)
+        if B > 1:
+            seen = torch.cat([draft_valid, fresh], 1)                         # (n, Ld + C)
+            guess = drafter.draft(target, token, hidden, start, draft_cache, B,
+                                  context_mask=seen)                          # (n, B-1)
+            block = torch.cat([block, guess], dim=1)                          # (n, B)
+            draft_valid = ragged.compact(draft_cache, seen)
+        tv = clock(device)
+        # 3. Verify all blocks in one target pass, each at its row's own positions.
+        L = valid.shape[1]
+        pos = start[:, None] + torch.arange(B, device=device)                # (n, B)
+        visible = torch.cat([valid, valid.new_ones(n, B)], 1)                 # (n, L + B)
+        out = target(input_ids=block, attention_mask=visible.long(), position_ids=pos,
+                     **cache_kwargs(target, cache), output_hidden_states=B > 1)
+        te = clock(device)
+        # 4. Accept per row; keep t, d_1..d_a of each row, crop what no row kept, compact.
+        choice = _choose(out.logits, temperature, generator)                  # (n, B)
+        a = accepted_lengths(block, choice)                                   # (n,)
+        kept = torch.arange(B, device=device) <= a[:, None]                   # (n, B)
+        width = int(a.max()) + 1
+        crop_cache(cache, L + width)
+        valid = ragged.compact(cache, torch.cat([valid, kept[:, :width]], 1))
+        if B > 1:
+            features = target_features(out.hidden_states, layer_ids)[:, :width]
+            hidden, fresh = ragged.right_align(features, kept[:, :width])     # (n, C, L_f*H)
+        a_list, blocks, choices = a.tolist(), block.tolist(), choice.tolist()
+        live = []
+        for k, i in enumerate(rows):
+            committed = blocks[k][1:a_list[k] + 1] + [choices[k][a_list[k]]]
+            new[i] += committed
+            drafted[i] += [True] * a_list[k] + [False]
+            accepted[i].append(a_list[k] + 1)
+            times[i]["draft"] += tv - ts
+            times[i]["verify"] += te - tv
+            if record_steps:
+                steps[i].append(_step_record(int(start[k]), blocks[k], choices[k], a_list[k],
+                                             out.logits[k], temperature))
+            if stops.isdisjoint(committed) and len(new[i]) < max_new_tokens:
+                live.append(k)
+            else:
+                times[i]["end"] = clock(device)
+        token = choice.gather(1, a[:, None])[:, 0]                            # (n,) bonus tokens
+        start = start + a + 1
+
+    # 5. One result per row: its own prompt (no padding), cut at max_new_tokens and a stop.
+    results = []
+    for i in range(N):
+        ids = new[i][:max_new_tokens]
+        hits = [j for j, t in enumerate(ids) if t in stops]
+        ids = ids[:hits[0] + 1] if hits else ids
+        prompt = input_ids[i:i + 1, S - int(lengths[i]):]
+        output_ids = torch.cat([prompt, torch.tensor([ids], dtype=torch.long, device=device)], 1)
+        results.append(GenerationResult(
+            output_ids=output_ids, prompt_length=prompt.shape[1], acceptance_lengths=accepted[i],
+            drafted=drafted[i][:len(ids)], prefill_time=t1 - t0, draft_time=times[i]["draft"],
+            verify_time=times[i]["verify"], decode_time=times[i]["end"] - t1, block_size=B,
+            steps=steps[i]))
+    return results
+
+
+def _step_record(start: int, block: list, choice: list, a: int, logits, temperature) -> dict:
+    """One step of one row as ``record_steps`` keeps it (logits (B, V) of that row)."""
+    step = {"start": start, "draft": block[1:], "target": choice, "accepted": a, "p_draft": None}
+    if temperature > 0:
+        probs = torch.softmax(logits[:-1].float() / temperature, -1)
+        step["p_draft"] = probs.gather(-1, torch.tensor(block[1:], device=logits.device)[:, None]
+                                       )[:, 0].tolist()
+    return step

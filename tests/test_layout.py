@@ -7,8 +7,8 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parent.parent / "minidflash"
 
 # Each core module and the core modules it may import (directly or lazily).
-LAYERS = ["config", "mask", "hub", "kernel", "attention", "target", "drafter", "ar_drafter", "verifier",
-          "trainer"]
+LAYERS = ["config", "mask", "hub", "kernel", "attention", "target", "drafter", "ar_drafter", "batch",
+          "verifier", "trainer"]
 
 
 def imports_of(path: Path, pkg: str | None = None) -> list[tuple[str, list[str]]]:
