@@ -599,7 +599,7 @@ def plot(result: dict, path: Path) -> None:
     for t, c in result.get("llama_bench", {}).get("step_costs", {}).items():
         ks_ = [int(k) for k in c["verify_steps"]]
         ax[2].plot([1, *ks_], [1, *c["verify_steps"].values()], marker="o",
-                   label=f"llama.cpp Q4_1, {t} thread(s)")
+                   label=f"llama.cpp, {t} thread(s)")
     for t, s in result.get("torch_step_times", {}).items():
         ks_ = [4, 8, 16]
         ax[2].plot([1, *ks_], [1, *(s[f"verify_{k}_ms"] / s["decode_ms"] for k in ks_)],
