@@ -46,6 +46,7 @@ DATA_DIR = ROOT / "data"
 TINY_TARGET_DIR = DATA_DIR / "target"
 TINY_DRAFTER_DIR = DATA_DIR / "drafter"
 TINY_AR_DRAFTER_DIR = DATA_DIR / "ar_drafter"     # the EAGLE-3-style rival, same budget
+TINY_DEEP_DRAFTER_DIR = DATA_DIR / "drafter_3l"   # a 3-layer DFlash drafter, same budget
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"   # the real chat target (hub.PACKAGED: offline)
 SMOLLM2_DRAFTER_DIR = DATA_DIR / "smollm2_drafter"  # its DFlash drafter, trained here
 PROMPTS_DIR = DATA_DIR / "prompts"

@@ -8,8 +8,9 @@ drafter on fixed held-out prompts, in fp32 on one CPU thread:
 
 * the drafts proposed equal the argmax of the multi-block training pass at the same anchors
   on the same target features;
-* the shipped drafter reaches the tau recorded with it (``data/drafter/expected_tau.json``;
-  ``python -m tests.test_drafting`` records it again after a retraining);
+* each shipped tiny drafter (1 layer in ``data/drafter``, 3 in ``data/drafter_3l``) reaches the
+  tau recorded with it (``expected_tau.json`` beside its weights; ``python -m tests.test_drafting``
+  records them again after a retraining);
 * ``target_layer_ids`` l means the output of decoder layer l (forward hooks on those layers);
 * the drafter's context cache grows by exactly the committed tokens each step, positions are
   absolute, and the block is [last token, MASK, ..., MASK] with the configured mask token.
@@ -22,7 +23,7 @@ import pytest
 import torch
 
 from minidflash import trainer
-from minidflash.config import PAPER, PROMPTS_DIR, TINY_DRAFTER_DIR
+from minidflash.config import PAPER, PROMPTS_DIR, TINY_DEEP_DRAFTER_DIR, TINY_DRAFTER_DIR
 from minidflash.drafter import load_drafter
 from minidflash.target import chat_ids, load_target, stop_ids
 from tests.helpers import check_recorded_tau, record_decoding, record_tau
@@ -30,6 +31,7 @@ from tests.helpers import check_recorded_tau, record_decoding, record_tau
 PROMPTS = [("arithmetic", 2), ("arithmetic", 3), ("code", 1), ("code", 2)]   # held out
 MAX_NEW_TOKENS = 128
 RECORD_COMMAND = "PYTHONPATH=. python -m tests.test_drafting"
+SHIPPED = [TINY_DRAFTER_DIR, TINY_DEEP_DRAFTER_DIR]
 
 
 def prompt_ids(tokenizer, suite, index):
@@ -38,13 +40,13 @@ def prompt_ids(tokenizer, suite, index):
     return chat_ids(tokenizer, row["messages"])
 
 
-def decode_prompts():
-    """The shipped pair on PROMPTS, greedy, fp32, one thread: [(name, result, calls, layers)]."""
+def decode_prompts(drafter_dir=TINY_DRAFTER_DIR):
+    """A shipped pair on PROMPTS, greedy, fp32, one thread: [(name, result, calls, layers)]."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         target, tokenizer = load_target()
-        drafter = load_drafter(target=target)
+        drafter = load_drafter(drafter_dir, target=target)
         runs = []
         for suite, index in PROMPTS:
             out = record_decoding(target, drafter, prompt_ids(tokenizer, suite, index),
@@ -55,15 +57,15 @@ def decode_prompts():
     return target, tokenizer, drafter, runs
 
 
-@pytest.fixture(scope="module")
-def shipped():
-    return decode_prompts()
+@pytest.fixture(scope="module", params=SHIPPED, ids=lambda d: d.name)
+def shipped(request):
+    return (*decode_prompts(request.param), request.param)
 
 
 def test_proposed_drafts_equal_training_pass(shipped):
     """Each draft the loop proposed == argmax of trainer.drafter_logits at the same anchor, on
     the target features of the same tokens (ties within float noise are allowed)."""
-    target, _, drafter, runs = shipped
+    target, _, drafter, runs, _ = shipped
     for name, out, calls, _ in runs:
         ids = out.output_ids
         anchors = torch.tensor([[s["start"] for s in out.steps]])                 # (1, n)
@@ -80,14 +82,14 @@ def test_proposed_drafts_equal_training_pass(shipped):
 
 
 def test_shipped_drafter_reaches_recorded_tau(shipped):
-    _, _, _, runs = shipped
-    check_recorded_tau(TINY_DRAFTER_DIR, {name: out.tau for name, out, _, _ in runs}, RECORD_COMMAND)
+    _, _, _, runs, drafter_dir = shipped
+    check_recorded_tau(drafter_dir, {name: out.tau for name, out, _, _ in runs}, RECORD_COMMAND)
 
 
 def test_target_layer_ids_are_decoder_layer_outputs(shipped):
     """Features given to the drafter == the outputs of decoder layers l (forward hooks), of the
     prompt at the first step and of the committed tokens [t, d_1..d_a] after each verify."""
-    _, _, drafter, runs = shipped
+    _, _, drafter, runs, _ = shipped
     for name, out, calls, layers in runs:
         assert len(layers) == len(calls) + 1            # the prefill, then one verify per step
         for k, call in enumerate(calls):
@@ -99,7 +101,7 @@ def test_target_layer_ids_are_decoder_layer_outputs(shipped):
 
 
 def test_context_cache_grows_by_the_committed_tokens(shipped):
-    _, _, _, runs = shipped
+    _, _, _, runs, _ = shipped
     for name, out, calls, _ in runs:
         assert len(calls) == len(out.steps)
         previous = 0
@@ -117,7 +119,7 @@ def test_context_cache_grows_by_the_committed_tokens(shipped):
 
 
 def test_block_is_last_token_then_mask_at_absolute_positions(shipped):
-    _, tokenizer, drafter, runs = shipped
+    _, tokenizer, drafter, runs, _ = shipped
     mask = tokenizer.convert_tokens_to_ids(PAPER.mask_token)
     assert drafter.mask_token_id == mask, "the shipped config's mask_token_id is not <|MASK|>"
     B = drafter.block_size
@@ -135,11 +137,12 @@ def test_block_is_last_token_then_mask_at_absolute_positions(shipped):
 
 
 def record():
-    """Decode the prompts and write the taus the test expects."""
-    _, _, _, runs = decode_prompts()
-    data = record_tau(TINY_DRAFTER_DIR, {name: out.tau for name, out, _, _ in runs}, RECORD_COMMAND,
-                      max_new_tokens=MAX_NEW_TOKENS, dtype="float32", threads=1)
-    print(json.dumps(data, indent=1))
+    """Decode the prompts and write the taus the test expects, for every shipped tiny drafter."""
+    for drafter_dir in SHIPPED:
+        _, _, _, runs = decode_prompts(drafter_dir)
+        data = record_tau(drafter_dir, {name: out.tau for name, out, _, _ in runs}, RECORD_COMMAND,
+                          max_new_tokens=MAX_NEW_TOKENS, dtype="float32", threads=1)
+        print(json.dumps(data, indent=1))
 
 
 if __name__ == "__main__":

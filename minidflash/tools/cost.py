@@ -138,10 +138,11 @@ def report(taus: dict[str, float], regime: Regime, measured: dict[str, float] | 
     """The regime's assumptions, then per method: tau, draft and verify cost in decode steps,
     break-even tau and projected speedup (and the measured speedup beside it when given)."""
     lines = [f"{regime.name}:"] + [f"  - {a}" for a in regime.assumptions]
-    lines.append(f"  {'method':<24}{'tau':>6}{'draft':>8}{'verify':>8}{'break-even':>12}{'speedup':>9}"
+    w = max(len("method"), *map(len, taus)) + 1
+    lines.append(f"  {'method':<{w}}{'tau':>6}{'draft':>8}{'verify':>8}{'break-even':>12}{'speedup':>9}"
                  + ("  measured" if measured else ""))
     for m, p in project(taus, regime).items():
-        row = (f"  {m:<24}{p['tau']:>6.2f}{p['draft_steps']:>8.2f}{p['verify_steps']:>8.2f}"
+        row = (f"  {m:<{w}}{p['tau']:>6.2f}{p['draft_steps']:>8.2f}{p['verify_steps']:>8.2f}"
                f"{p['break_even_tau']:>12.2f}{p['speedup']:>8.2f}x")
         lines.append(row + (f"  {measured[m]:>7.2f}x" if measured and m in measured else ""))
     lines.append("  (draft, verify: in decode steps; break-even: the tau that pays for both)")
