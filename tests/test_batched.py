@@ -9,7 +9,6 @@ distribution (chi-square, as test_lossless.py), and the same test rejects a veri
 forgets the attention mask.
 """
 
-import math
 import random
 
 import pytest
@@ -355,3 +354,25 @@ def test_sampling_test_catches_a_verify_that_forgets_the_mask(sampling_setup, mo
         return real(*args, **kwargs)
     monkeypatch.setattr(target, "forward", forward)
     assert min(row_pvalues(target, drafter, probs, 1500, seed=0)) < 1e-6
+
+
+def test_throughput_tool_compares_every_batch_with_plain_decoding():
+    """bench --batch-sizes: every batch decoded by both methods, DFlash's rows checked against
+    plain decoding's, figures for every (threads, N), the batched path timed at N = 1."""
+    from minidflash.config import PROMPTS_DIR
+    from minidflash.drafter import load_drafter
+    from minidflash.target import load_target
+    from minidflash.tools import batch_bench
+    from minidflash.tools.corpus import read_jsonl
+
+    target, tokenizer = load_target()
+    drafter = load_drafter(target=target)
+    rows = read_jsonl(PROMPTS_DIR / "arithmetic.jsonl")[:4]
+    out = batch_bench.run_suite(target, tokenizer, drafter, rows, [1, 2, 4], [1], 16, 12,
+                                progress=False)
+    assert list(out) == ["1"] and list(out["1"]) == ["1", "2", "4"]
+    for N, f in out["1"].items():
+        assert f["identical"] and f["tokens"] > 0 and f["ratio"] > 0 and f["tau"] >= 1
+        assert f["batches"] == 4 // int(N)
+    assert out["1"]["1"]["dflash_batched_path_tokens_per_s"] > 0
+    assert len({f["tau"] for f in out["1"].values()}) == 1     # each row accepts as it does alone

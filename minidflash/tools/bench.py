@@ -12,6 +12,9 @@ state. Reported per suite:
   must agree because the outputs are identical (asserted for greedy).
 
 ``python -m minidflash bench --suites arithmetic code --n 10 --json data/results/bench.json``
+
+``--batch-sizes 1 2 4 8 16``: throughput of plain decoding and DFlash serving N requests at once
+instead (batch_bench.py), at each of ``--threads``.
 """
 
 from __future__ import annotations
@@ -208,7 +211,7 @@ def main(argv=None) -> dict:
     p.add_argument("--drafter", default=None)
     p.add_argument("--threads", type=int, nargs="+", default=[1],
                    help="torch threads (default 1: timings on a shared machine swing less); "
-                        "several counts only with --step-times, e.g. --threads 1 2")
+                        "several counts only with --step-times or --batch-sizes, e.g. --threads 1 2")
     p.add_argument("--json", default=None, help="write the figures here (and a .png beside it)")
     p.add_argument("--step-times", action="store_true",
                    help="only time prefill / decode / verify / draft steps (context 512), at "
@@ -219,10 +222,15 @@ def main(argv=None) -> dict:
     p.add_argument("--ar-drafter", default=None, help="the AR drafter (default data/ar_drafter)")
     p.add_argument("--draft-cost", action="store_true",
                    help="only time a drafter call against drafted tokens 1..16 (figure 3)")
+    p.add_argument("--batch-sizes", type=int, nargs="+", default=None,
+                   help="throughput against batch size instead: plain and DFlash (the first of "
+                        "--block-sizes) over batches of N prompts, e.g. 1 2 4 8 16 (batch_bench.py)")
     a = p.parse_args(argv)
-    if len(a.threads) > 1 and not a.step_times:
+    if len(a.threads) > 1 and not (a.step_times or a.batch_sizes):
         p.error(f"--threads {' '.join(map(str, a.threads))}: several thread counts only with "
-                f"--step-times; run a benchmark once per count")
+                f"--step-times or --batch-sizes; run a benchmark once per count")
+    if a.batch_sizes and min(a.batch_sizes) < 1:
+        p.error("--batch-sizes: batch sizes are >= 1")
     if min(a.threads) < 1:
         p.error("--threads: thread counts are >= 1")
     torch.set_num_threads(a.threads[0])
@@ -241,6 +249,14 @@ def main(argv=None) -> dict:
             print(f"{t} thread(s): " + ", ".join(f"{k} {v:.2f}" for k, v in ms.items()))
         write(results, a.json, plot_step_times)
         return results
+    if a.batch_sizes:
+        from . import batch_bench
+        try:
+            return batch_bench.run(target, tokenizer, drafter, a.suites, a.batch_sizes, a.threads,
+                                   a.n, a.block_sizes[0], a.max_new_tokens, command,
+                                   after_suite=lambda r: write(r, a.json, batch_bench.plot))
+        except ValueError as e:
+            p.error(str(e))
     results = {"block_sizes": a.block_sizes, "temperature": a.temperature,
                "max_new_tokens": a.max_new_tokens, "n": a.n, "threads": torch.get_num_threads(),
                "drafter_layers": drafter.config.num_hidden_layers,
