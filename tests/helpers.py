@@ -155,3 +155,21 @@ def record_tau(drafter_dir, taus: dict, record_command: str, **about) -> dict:
            "tau": {name: round(t, 4) for name, t in taus.items()}}
     (drafter_dir / "expected_tau.json").write_text(json.dumps(out, indent=1) + "\n")
     return out
+
+
+def exact_stopped_distribution(target, ids, vocab: int, n_new: int, stop: int, temperature: float) -> dict:
+    """P(output | prompt) of every output of up to n_new tokens that ends at its first ``stop``
+    (or has n_new tokens), summed from the target's own softmax over all vocab**n_new
+    continuations. Only for tiny vocabularies: the exact distribution sampling tests compare with."""
+    import itertools
+
+    seqs = torch.tensor(list(itertools.product(range(vocab), repeat=n_new)))  # (V**n, n)
+    with torch.no_grad():
+        logits = target(torch.cat([ids.expand(len(seqs), -1), seqs], 1)).logits
+    logp = torch.log_softmax(logits.double() / temperature, -1)[:, ids.shape[1] - 1:-1]  # (V**n, n, V)
+    p_seq = logp.gather(-1, seqs[:, :, None])[..., 0].sum(-1).exp()
+    probs = {}
+    for seq, p in zip(seqs.tolist(), p_seq.tolist()):
+        out = tuple(seq[:seq.index(stop) + 1] if stop in seq else seq)
+        probs[out] = probs.get(out, 0.0) + p
+    return probs

@@ -20,6 +20,7 @@ from minidflash.ar_drafter import ARDrafter, make_ar_config
 from minidflash.batch import left_pad, pack_right, right_align
 from minidflash.drafter import DFlashDrafter
 from minidflash.verifier import speculative_generate, speculative_generate_batch
+from tests import helpers
 from tests.helpers import random_drafter, tiny_target
 
 
@@ -281,17 +282,7 @@ PROMPTS = [torch.tensor([[1]]), torch.tensor([[3, 1, 0]]), torch.tensor([[0, 1, 
 def exact_distribution(target, ids):
     """P(output | prompt) of every output of up to N_NEW tokens that ends at its first STOP (or
     has N_NEW tokens), from the target's own softmax over all V**N_NEW continuations."""
-    import itertools
-    seqs = torch.tensor(list(itertools.product(range(V), repeat=N_NEW)))       # (V**n, n)
-    with torch.no_grad():
-        logits = target(torch.cat([ids.expand(len(seqs), -1), seqs], 1)).logits
-    logp = torch.log_softmax(logits.double() / TEMP, -1)[:, ids.shape[1] - 1:-1]
-    p_seq = logp.gather(-1, seqs[:, :, None])[..., 0].sum(-1).exp()
-    probs = {}
-    for seq, p in zip(seqs.tolist(), p_seq.tolist()):
-        out = tuple(seq[:seq.index(STOP) + 1] if STOP in seq else seq)
-        probs[out] = probs.get(out, 0.0) + p
-    return probs
+    return helpers.exact_stopped_distribution(target, ids, V, N_NEW, STOP, TEMP)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ import random
 import pytest
 import torch
 from safetensors.torch import load_file
-from scipy import stats
 
 from minidflash import trainer
 from minidflash.drafter import DRAFT_VOCAB_FILE, DFlashDrafter, load_drafter

@@ -8,7 +8,6 @@ Sampling: the distribution of whole generated sequences equals the target's, exa
 deliberately wrong acceptance rule fails.
 """
 
-import itertools
 import math
 import random
 
@@ -18,6 +17,7 @@ from scipy import stats
 
 import minidflash.verifier as verifier
 from minidflash.verifier import speculative_generate
+from tests import helpers
 from tests.helpers import OracleDrafter, random_drafter, tiny_target
 
 
@@ -212,16 +212,7 @@ N_STOP, STOP = 4, 2   # the multi-step case: up to 4 tokens, stop token 2 (ends 
 def exact_stopped_distribution(target, ids):
     """P(output) of every output of up to N_STOP tokens that ends at its first STOP (or has
     N_STOP tokens), summed from the target's softmax over all V**N_STOP continuations."""
-    seqs = torch.tensor(list(itertools.product(range(V), repeat=N_STOP)))       # (V**n, n)
-    with torch.no_grad():
-        logits = target(torch.cat([ids.expand(len(seqs), -1), seqs], 1)).logits
-    logp = torch.log_softmax(logits.double() / TEMP, -1)[:, ids.shape[1] - 1:-1]   # (V**n, n, V)
-    p_seq = logp.gather(-1, seqs[:, :, None])[..., 0].sum(-1).exp()
-    probs = {}
-    for seq, p in zip(seqs.tolist(), p_seq.tolist()):
-        out = tuple(seq[:seq.index(STOP) + 1] if STOP in seq else seq)
-        probs[out] = probs.get(out, 0.0) + p
-    return probs
+    return helpers.exact_stopped_distribution(target, ids, V, N_STOP, STOP, TEMP)
 
 
 def test_sampling_with_stop_token_over_several_steps(sampling_setup):

@@ -546,11 +546,9 @@ def main(argv=None) -> dict:
             result["torch_step_times"][str(t)] = step_times(target, drafter, context=256, repeats=9)
         torch.set_num_threads(1)
     print(report(result))
-    if a.json:
-        path = Path(a.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(result, indent=1) + "\n")
-        plot(result, path.with_suffix(".png"))
+    from .bench import write
+
+    write(result, a.json, plot)
     return result
 
 

@@ -14,7 +14,6 @@ against the step, beside the tau the trainer logged at its random training ancho
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -96,11 +95,9 @@ def main(argv=None) -> dict:
               "suites": a.suites, "n": a.n, "max_new_tokens": a.max_new_tokens,
               "threads": torch.get_num_threads(), "points": points,
               "training_anchors": {"step": h["step"][::10], "tau": smooth(h["tau"])[::10]}}
-    if a.json:
-        path = Path(a.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(result, indent=1) + "\n")
-        plot(result, path.with_suffix(".png"))
+    from .bench import write
+
+    write(result, a.json, plot)
     return result
 
 

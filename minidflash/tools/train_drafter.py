@@ -27,7 +27,7 @@ import argparse
 import json
 import random
 import sys
-from dataclasses import asdict, fields
+from dataclasses import fields
 
 from ..config import TINY_AR_DRAFTER_DIR, TINY_DRAFTER_DIR
 from ..drafter import default_target_layer_ids
