@@ -3,6 +3,8 @@
     demo           speculative-decode a few held-out prompts, show what the drafter got right
     bench          plain vs DFlash over prompt suites, one process (tau, speedup, identity)
     train          train a DFlash drafter for the tiny target (the paper's recipe)
+    answers        a target's answers to the training prompts, kept as token ids (llama.cpp's
+                   server several at a time, or torch), for train --answers
     train-target   train the tiny Qwen3 target and its tokenizer
     eval-target    the shipped tiny target's accuracy and loops per domain
     ablations      the paper's ablations at tiny scale
@@ -25,6 +27,7 @@ COMMANDS = {  # command -> (module in minidflash.tools, keyword arguments of its
     "demo": ("demo", {}),
     "bench": ("bench", {}),
     "train": ("train_drafter", {}),
+    "answers": ("answers", {}),
     "train-target": ("tiny_target", {}),
     "eval-target": ("tiny_target", {"evaluate_only": True}),
     "ablations": ("ablations", {}),

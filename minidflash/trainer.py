@@ -404,6 +404,74 @@ def target_pass(target, ids, layer_ids, topk: int = 0):
     return target_features(out.hidden_states, layer_ids), top
 
 
+def length_batches(lengths: list[int], batch_tokens: int) -> list[list[int]]:
+    """Indices grouped by similar length (sorted), each group padded to at most batch_tokens."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    groups, group = [], []
+    for i in order:
+        if group and (len(group) + 1) * lengths[i] > batch_tokens:
+            groups.append(group)
+            group = []
+        group.append(i)
+    return groups + ([group] if group else [])
+
+
+class _Enough(Exception):
+    """Raised by a hook on the deepest layer read: the rest of the target is not needed."""
+
+
+@torch.no_grad()
+def feature_pass(target, data: list[dict], layer_ids: list[int], topk: int = 0,
+                 batch_tokens: int = 4096, progress: bool = True) -> list[dict]:
+    """The features (and with topk the top-k logits) of every row of ``data``, teacher-forced.
+
+    One pass over whole sequences in length-sorted batches (right padding: causal, so a row's
+    positions see only its own tokens). Without topk the pass stops after the deepest layer
+    in ``layer_ids``: the layers above it and the lm_head are never run. With topk it runs on,
+    and the lm_head is applied to the answer positions only. Returns one dict per row, as
+    ``regenerate(layer_ids=..., topk=...)`` gives them: "features" (S - 1, L_f*H) fp16, and
+    "topk_logits" (A, k) fp16 / "topk_ids" (A, k) int32, row j choosing answer token j.
+    """
+    decoder = target.model
+    last = len(decoder.layers) - 1
+    deepest = max(layer_ids)
+    captured, hooks = {}, []
+    for i in layer_ids:   # layer i's output; the last layer's after the final norm (hidden_states)
+        def keep(m, args, o, i=i):
+            captured[i] = o[0] if isinstance(o, tuple) else o
+            if i == deepest and not topk and i != last:
+                raise _Enough
+        hooks.append((decoder.norm if i == last else decoder.layers[i]).register_forward_hook(keep))
+    out = [None] * len(data)
+    try:
+        for idx in tqdm(length_batches([len(d["ids"]) for d in data], batch_tokens),
+                        desc="features", disable=not progress, mininterval=10):
+            S = max(len(data[i]["ids"]) for i in idx)
+            ids = torch.zeros(len(idx), S, dtype=torch.long)
+            for r, i in enumerate(idx):
+                ids[r, :len(data[i]["ids"])] = data[i]["ids"]
+            captured.clear()
+            try:
+                hidden = decoder(input_ids=ids).last_hidden_state
+            except _Enough:
+                hidden = None
+            feats = torch.cat([captured[i] for i in layer_ids], -1)
+            for r, i in enumerate(idx):
+                d, n = data[i], len(data[i]["ids"])
+                row = {"ids": d["ids"], "response_start": d["response_start"],
+                       "features": feats[r, :n - 1].half().clone()}
+                if topk:   # answer token j is chosen at position response_start - 1 + j
+                    logits = target.get_output_embeddings()(hidden[r, d["response_start"] - 1:n - 1]).float()
+                    best = logits.topk(topk, dim=-1)
+                    row["topk_logits"] = best.values.half()
+                    row["topk_ids"] = best.indices.int()
+                out[i] = row
+    finally:
+        for h in hooks:
+            h.remove()
+    return out
+
+
 def answer_topk(d: dict, k: int, width: int) -> tuple:
     """One row's stored top-k (``regenerate(topk=...)``: answer token j's logits), placed by
     position as target_pass gives them: values and ids (width, k), position p choosing x_{p+1}."""
@@ -483,18 +551,13 @@ def train(cfg: TrainConfig, target, tokenizer, data: list[dict], progress=True,
         # captured while regenerating (regenerate(layer_ids=..., topk=...)) or, failing that,
         # one pass now
         width = len(layer_ids) * target.config.hidden_size
-        offline, offline_top = [], []
-        for d in tqdm(data, desc="features", disable=not progress, mininterval=10):
-            if "features" in d and (not cfg.soft_labels or "topk_logits" in d):
-                offline.append(d["features"])
-                offline_top.append(d if cfg.soft_labels else None)
-                continue
-            f, top = target_pass(target, d["ids"][None], layer_ids, cfg.soft_labels)
-            offline.append(d["features"] if "features" in d else f[0].half())
-            offline_top.append(None if top is None else {
-                "response_start": d["response_start"],     # answer token j: position start-1+j
-                "topk_logits": top[0][0, d["response_start"] - 1:-1].half(),
-                "topk_ids": top[1][0, d["response_start"] - 1:-1].int()})
+        need = [i for i, d in enumerate(data)
+                if "features" not in d or (cfg.soft_labels and "topk_logits" not in d)]
+        made = dict(zip(need, feature_pass(target, [data[i] for i in need], layer_ids,
+                                           cfg.soft_labels, progress=progress)))
+        rows = [made.get(i, d) for i, d in enumerate(data)]
+        offline = [d["features"] for d in rows]
+        offline_top = [d if cfg.soft_labels else None for d in rows]
         if any(f.shape[-1] != width for f in offline):
             raise ValueError(f"cached features are not {width} wide ({len(layer_ids)} layers "
                              f"{layer_ids}): regenerate with the drafter's target_layer_ids.")

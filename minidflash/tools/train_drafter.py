@@ -19,6 +19,10 @@ shard well under that) and read all shards. ``--regenerate-only`` stops there. W
 ``--draft-vocab K`` drafts over the K most frequent answer tokens (saved as draft_vocab.json
 beside the drafter); ``--soft-labels k`` trains on the target's top-k logits (KL) instead of its
 tokens, captured with the features (offline: while regenerating, a cache of its own).
+``--answers DIR`` trains on answers already made and kept as token ids (``python -m minidflash
+answers``, e.g. data/smollm2_answers) instead of regenerating; with ``--features offline`` their
+features come from one teacher-forced pass per shard (``trainer.feature_pass``), cached in
+cache/ (under torchrun each rank makes its share of the shards).
 """
 
 from __future__ import annotations
@@ -28,12 +32,15 @@ import json
 import random
 import sys
 from dataclasses import fields
+from pathlib import Path
 
-from ..config import TINY_AR_DRAFTER_DIR, TINY_DRAFTER_DIR
+import torch
+
+from ..config import CACHE_DIR, TINY_AR_DRAFTER_DIR, TINY_DRAFTER_DIR
 from ..drafter import default_target_layer_ids
 from ..target import load_target
-from ..trainer import TrainConfig, cached_regeneration, distributed, train
-from . import chat_prompts, corpus
+from ..trainer import TrainConfig, cached_regeneration, distributed, feature_pass, train
+from . import answers, chat_prompts, corpus
 
 TINY_N_CODE = 1000           # --n-code for the tiny target (the shipped drafter's)
 CHAT_COUNTS = {"n_math": 2000, "n_code": 1500, "n_prose": 1500}   # for a chat target
@@ -75,6 +82,28 @@ def chat_training_data(target, tokenizer, n_math=CHAT_COUNTS["n_math"],
                                          max_new_tokens, progress=progress,
                                          layer_ids=layer_ids, batch_size=regen_batch,
                                          topk=topk)]
+
+
+def answer_features(target, folder, use_shards, layer_ids, topk=0, mine=None, progress=True):
+    """The kept answers of ``folder`` (first ``use_shards`` shards) with their features (and
+    top-k logits), one teacher-forced pass per shard, each cached in cache/ under a key of the
+    shard file, the layers and k; ``mine``: the shards to make now (None: all)."""
+    shards = range(use_shards if use_shards is not None else
+                   len(json.loads((Path(folder) / answers.MANIFEST).read_text())["shards"]))
+    rows = []
+    for s in (shards if mine is None else mine):
+        path = answers.shard_path(folder, s)
+        key = answers.answers_digest_of(path, layer_ids, topk)
+        cached = CACHE_DIR / f"features-{key}.pt"
+        if cached.exists():
+            rows += torch.load(cached, mmap=True)
+            continue
+        made = feature_pass(target, answers.load_shard(path), layer_ids, topk, progress=progress)
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(made, cached.with_suffix(".tmp"))
+        cached.with_suffix(".tmp").replace(cached)
+        rows += made
+    return rows
 
 
 def config_parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -120,6 +149,9 @@ def config_parser(prog: str, description: str) -> argparse.ArgumentParser:
     p.add_argument("--use-shards", type=int, default=None,
                    help="regenerate and train on the first K of the --regen-shards shards only "
                         "(a data budget; default: all) (chat target)")
+    p.add_argument("--answers", default=None,
+                   help="train on answers kept as token ids in this folder (`python -m minidflash "
+                        "answers`) instead of regenerating (chat target); --use-shards applies")
     p.add_argument("--regenerate-only", action="store_true",
                    help="make (or find) the regenerated data in cache/ and stop")
     p.add_argument("--max-new-tokens", type=int, default=256, help="answer length when regenerating")
@@ -128,8 +160,6 @@ def config_parser(prog: str, description: str) -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> dict:
-    import torch
-
     p = config_parser("python -m minidflash train",
                       "Train a DFlash drafter for the tiny target (or --target).")
     args = vars(p.parse_args(argv))
@@ -137,6 +167,7 @@ def main(argv=None) -> dict:
     chat = {k: args.pop(k) for k in ("n_math", "n_prose", "prose_source", "regen_batch",
                                      "regen_shards")}
     regenerate_only = args.pop("regenerate_only")
+    answers_dir = args.pop("answers")
     use_shards = args.pop("use_shards")
     data_args = {k: args.pop(k) for k in ("n_arithmetic", "n_code", "max_new_tokens")}
     threads = args.pop("threads")
@@ -158,10 +189,18 @@ def main(argv=None) -> dict:
         if data_args["n_code"] is None:
             data_args["n_code"] = CHAT_COUNTS["n_code"]
         data_args.update(chat)
+        if answers_dir is not None:   # the kept answers' own shards
+            chat["regen_shards"] = len(json.loads(
+                (Path(answers_dir) / answers.MANIFEST).read_text())["shards"]) \
+                if (Path(answers_dir) / answers.MANIFEST).is_file() else 0
+            data_args = {"answers": answers_dir}
+            if not chat["regen_shards"]:
+                p.error(f"--answers {answers_dir}: no {answers.MANIFEST} there; make the answers "
+                        f"with `python -m minidflash answers --out {answers_dir} ...` first")
         if use_shards is not None and not 0 < use_shards <= chat["regen_shards"]:
             p.error(f"--use-shards {use_shards}: pick 1 to --regen-shards ({chat['regen_shards']})")
-    if target_name is None and use_shards is not None:
-        p.error("--use-shards needs --target (the tiny target's data is not sharded)")
+    if target_name is None and (use_shards is not None or answers_dir is not None):
+        p.error("--use-shards and --answers need --target (the tiny target's data is not sharded)")
     shards = range(use_shards if use_shards is not None else chat["regen_shards"])
     cfg = TrainConfig(**args)
     target, tokenizer = load_target(target_name)
@@ -174,6 +213,11 @@ def main(argv=None) -> dict:
             layer_ids = cfg.target_layer_ids or default_target_layer_ids(
                 target.config.num_hidden_layers, cfg.num_features or cfg.num_layers)
             topk = cfg.soft_labels
+        if answers_dir is not None:
+            if layer_ids is None:
+                return [r for s in mine for r in answers.load_shard(answers.shard_path(answers_dir, s))]
+            return answer_features(target, answers_dir, None, layer_ids, topk, mine=mine,
+                                   progress=progress)
         return chat_training_data(target, tokenizer, seed=cfg.seed, layer_ids=layer_ids,
                                   progress=progress, mine=mine, topk=topk, **data_args)
 

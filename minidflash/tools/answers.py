@@ -1,0 +1,389 @@
+"""The target's answers as token ids: made several at a time, kept in data/, read by ``train``.
+
+A drafter learns from its target's own greedy answers, and on a CPU making them is the slow part.
+``trainer.regenerate`` runs transformers' ``generate()`` in fp32 and captures features on the way
+(SmolLM2-135M on this 2-core machine: about 100 answer tokens/s). Here the job is split in two:
+
+1. **Text.** An engine answers the prompts greedily, one shard at a time:
+   - ``--engine torch`` (default): ``speculative_generate_batch`` with no drafter, a plain
+     batched decode whose finished rows leave the batch, on a bf16 copy of the target
+     (``--dtype``; a CPU with AMX or AVX-512 bf16 runs its matmuls several times faster than
+     fp32). bf16 rounds differently from the fp32 target, so a near-tie can go the other way:
+     ``--check`` measures how often the fp32 target agrees with each answer token;
+   - ``--engine llama-cpp``: llama.cpp's server (``llama-server``, optional, found like
+     ``llama-cpp`` finds it) with ``--parallel`` slots decoding together (continuous batching),
+     on the loopback, from the target's GGUF. For SmolLM2 that GGUF is the very file our fp32
+     copy is dequantised from (``hub.PACKAGED``): the same weights, other rounding;
+   - ``--engine torch-features``: ``trainer.regenerate``, transformers' ``generate()`` in fp32
+     capturing the features as it goes (the reference, and the throughput to beat).
+2. **Kept.** Each shard is a safetensors file of token ids (prompt and answer, int32) written
+   whole or not at all, listed in ``answers.json`` with the prompts' recipe, the command and the
+   shard's tokens per second. A few MB: committed, so a new machine resumes from them (a shard
+   on disk is never made again) and trains without regenerating.
+3. **Features** are not kept: ``trainer.feature_pass`` computes them in one teacher-forced pass
+   (batched, stopping after the deepest layer the drafter reads), cached in cache/.
+
+``python -m minidflash answers --target HuggingFaceTB/SmolLM2-135M-Instruct --out DIR ...``
+then ``python -m minidflash train --target ... --answers DIR ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+MANIFEST = "answers.json"
+
+
+# --------------------------------------------------------------------------------------------
+# Shards on disk
+# --------------------------------------------------------------------------------------------
+
+def prompts_key(prompts: list[dict]) -> str:
+    """A short hash of a shard's prompts: a resumed run checks it made the same ones."""
+    return hashlib.sha1(json.dumps([p["messages"] for p in prompts]).encode()).hexdigest()[:12]
+
+
+def shard_path(folder: Path, s: int) -> Path:
+    return Path(folder) / f"shard-{s:03d}.safetensors"
+
+
+def save_shard(path: Path, rows: list[dict], key: str) -> None:
+    """rows [{"ids": LongTensor (S,), "response_start": int}] -> one safetensors file, written
+    to a temporary name and renamed: a killed run leaves no half-written shard."""
+    ids = torch.cat([r["ids"] for r in rows]).to(torch.int32)
+    tensors = {"ids": ids,
+               "lengths": torch.tensor([len(r["ids"]) for r in rows], dtype=torch.int32),
+               "response_start": torch.tensor([r["response_start"] for r in rows], dtype=torch.int32)}
+    part = path.with_suffix(".part")
+    save_file(tensors, str(part), metadata={"prompts_key": key})
+    part.replace(path)
+
+
+def load_shard(path: Path) -> list[dict]:
+    t = load_file(str(path))
+    rows, at = [], 0
+    for n, start in zip(t["lengths"].tolist(), t["response_start"].tolist()):
+        rows.append({"ids": t["ids"][at:at + n].long(), "response_start": start})
+        at += n
+    return rows
+
+
+def load_answers(folder, use_shards: int | None = None) -> list[dict]:
+    """All answers of a folder written by this command (the first ``use_shards`` shards)."""
+    folder = Path(folder)
+    if not (folder / MANIFEST).is_file():
+        raise FileNotFoundError(f"{folder} has no {MANIFEST}: make the answers with "
+                                f"`python -m minidflash answers --out {folder} ...` first.")
+    manifest = json.loads((folder / MANIFEST).read_text())
+    done = sorted(int(s) for s in manifest["shards"])
+    n = len(done) if use_shards is None else use_shards
+    if done[:n] != list(range(n)):
+        raise ValueError(f"{folder} holds shards {done}; the first {n} are not all there: run "
+                         f"`python -m minidflash answers` again with the same options to finish.")
+    return [r for s in range(n) for r in load_shard(shard_path(folder, s))]
+
+
+def answers_digest_of(path: Path, layer_ids: list[int], topk: int = 0) -> str:
+    """The cache key of one shard's features: its bytes, the layers read, and k."""
+    h = hashlib.sha1(Path(path).read_bytes())
+    h.update(json.dumps([list(layer_ids), topk]).encode())
+    return h.hexdigest()[:12]
+
+
+# --------------------------------------------------------------------------------------------
+# llama.cpp's server
+# --------------------------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def post(port: int, path: str, body: dict, timeout: float = 600) -> dict:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+@contextmanager
+def llama_server(gguf: Path, parallel: int, threads: int, slot_ctx: int, no_repack: bool = False):
+    """llama-server on the loopback with ``parallel`` slots of ``slot_ctx`` tokens each; yields
+    its port and stops it on exit. Waits for /health (loading takes a few seconds)."""
+    from .llama_cpp import SERVER, find_binary
+
+    port = free_port()
+    cmd = [find_binary(SERVER), "-m", gguf, "--host", "127.0.0.1", "--port", port,
+           "-np", parallel, "-c", parallel * slot_ctx, "-t", threads, "-tb", threads,
+           "--seed", "0", *(["-nr"] if no_repack else [])]
+    proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, errors="replace")
+    try:
+        for _ in range(600):
+            if proc.poll() is not None:
+                hint = (" It died of an illegal instruction (a CPU kernel this machine cannot "
+                        "run, e.g. AMX weight repacking): pass --no-repack."
+                        if proc.returncode in (-signal.SIGILL, 128 + signal.SIGILL) else "")
+                raise RuntimeError(f"llama-server exited ({proc.returncode}).{hint} Last lines: "
+                                   f"{' | '.join(proc.stderr.read().strip().splitlines()[-4:])}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.5)
+        else:
+            raise RuntimeError("llama-server did not become healthy in 5 minutes")
+        yield port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def server_answer(port: int, prompt: list[int], max_new_tokens: int, stops: list[int]) -> list[int]:
+    """One greedy answer (token ids), ending with its stop token when it stopped on one.
+
+    The server leaves the end-of-generation token out of ``tokens``; it stopped on one when
+    ``stop_type`` is "eos", and the target's first stop id (<|im_end|>) is appended, as
+    ``generate()`` would have emitted it (any other end token is kept by ``--check``'s count)."""
+    r = post(port, "/completion", {
+        "prompt": prompt, "n_predict": max_new_tokens, "temperature": 0.0, "top_k": 1,
+        "cache_prompt": False, "return_tokens": True, "stream": False, "seed": 0})
+    tokens = list(r["tokens"])
+    if r.get("stop_type") == "eos" and (not tokens or tokens[-1] not in stops):
+        tokens.append(stops[0])
+    cut = next((k + 1 for k, t in enumerate(tokens) if t in stops), len(tokens))
+    return tokens[:cut][:max_new_tokens]
+
+
+def llama_cpp_answers(port: int, rows: list[torch.Tensor], max_new_tokens: int, stops: list[int],
+                      parallel: int) -> list[dict]:
+    """Every prompt of ``rows`` answered by the server, ``parallel`` requests in flight."""
+    def one(row):
+        answer = server_answer(port, row.tolist(), max_new_tokens, stops)
+        return {"ids": torch.cat([row, torch.tensor(answer, dtype=torch.long)]),
+                "response_start": len(row)}
+    with ThreadPoolExecutor(parallel) as pool:
+        return list(pool.map(one, rows))
+
+
+# --------------------------------------------------------------------------------------------
+# The command
+# --------------------------------------------------------------------------------------------
+
+def torch_answers(target, rows: list[torch.Tensor], max_new_tokens: int, stops: list[int],
+                  batch_size: int) -> list[dict]:
+    """Every prompt of ``rows`` answered greedily by ``target`` (any dtype), ``batch_size`` at a
+    time in length order: ``speculative_generate_batch`` with no drafter (block size 1) is a
+    plain batched decode whose finished rows leave the batch, so no step is spent on them
+    (``generate()`` keeps a finished row in until the whole batch ends)."""
+    from ..batch import left_pad
+    from ..verifier import speculative_generate_batch
+
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
+    out = [None] * len(rows)
+    for s in range(0, len(order), batch_size):
+        idx = order[s:s + batch_size]
+        ids, mask = left_pad([rows[i] for i in idx])
+        done = speculative_generate_batch(target, None, ids, max_new_tokens, mask, block_size=1,
+                                          stop_token_ids=stops)
+        for i, r in zip(idx, done):
+            out[i] = {"ids": torch.cat([rows[i], r.new_ids]), "response_start": len(rows[i])}
+    return out
+
+
+def make_shard(engine: str, target, tokenizer, prompts: list[dict], args, port=None) -> list[dict]:
+    from ..target import chat_ids, stop_ids
+    from ..trainer import regenerate
+
+    if engine == "torch-features":   # today's way: generate(), features captured as it goes
+        return [{"ids": r["ids"], "response_start": r["response_start"]}
+                for r in regenerate(target, tokenizer, prompts, args.max_new_tokens,
+                                    batch_size=args.regen_batch, progress=False,
+                                    layer_ids=args.layer_ids)]
+    rows = [chat_ids(tokenizer, p["messages"])[0] for p in prompts]
+    if engine == "torch":
+        return torch_answers(target, rows, args.max_new_tokens, stop_ids(tokenizer),
+                             args.regen_batch)
+    return llama_cpp_answers(port, rows, args.max_new_tokens, stop_ids(tokenizer), args.parallel)
+
+
+def agreement(target, data: list[dict], batch_tokens: int = 4096) -> dict:
+    """How often the fp32 torch target, fed each answer teacher-forced, picks the answer's own
+    next token: 1.0 for answers made by this copy in exact arithmetic, a little less for another
+    engine's (near-ties decided differently), and where the first disagreement falls."""
+    from ..trainer import length_batches
+
+    same = total = 0
+    first = []
+    with torch.no_grad():
+        for idx in length_batches([len(d["ids"]) for d in data], batch_tokens):
+            S = max(len(data[i]["ids"]) for i in idx)
+            ids = torch.zeros(len(idx), S, dtype=torch.long)
+            for r, i in enumerate(idx):
+                ids[r, :len(data[i]["ids"])] = data[i]["ids"]
+            pred = target(input_ids=ids).logits.argmax(-1)
+            for r, i in enumerate(idx):
+                d = data[i]
+                lo, n = d["response_start"], len(d["ids"])
+                hit = pred[r, lo - 1:n - 1] == d["ids"][lo:n]
+                same += int(hit.sum())
+                total += n - lo
+                miss = (~hit).nonzero()
+                first.append(int(miss[0]) if len(miss) else None)
+    return {"answers": len(data), "token_agreement": same / max(total, 1),
+            "identical_answers": sum(f is None for f in first) / max(len(first), 1)}
+
+
+def main(argv=None) -> dict:
+    from ..drafter import default_target_layer_ids
+    from ..target import load_target
+    from ..trainer import feature_pass
+    from . import chat_prompts
+    from .llama_cpp import target_files
+
+    p = argparse.ArgumentParser(prog="python -m minidflash answers", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--target", default="HuggingFaceTB/SmolLM2-135M-Instruct")
+    p.add_argument("--out", required=True, help="the folder of shards (e.g. data/smollm2_answers)")
+    p.add_argument("--n-math", type=int, default=3000)
+    p.add_argument("--n-code", type=int, default=1500)
+    p.add_argument("--n-prose", type=int, default=1500)
+    p.add_argument("--prose-source", choices=["texts", "docstrings"], default="texts")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--shards", type=int, default=24, help="interleaved shards of the prompts")
+    p.add_argument("--make-shards", type=int, default=None,
+                   help="make only the first K shards now (the rest: a later run)")
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--engine", choices=["torch", "llama-cpp", "torch-features"],
+                   default="torch", help="torch: our batched decode, finished rows leaving; "
+                   "llama-cpp: llama-server's parallel slots; torch-features: transformers' "
+                   "generate() in fp32 capturing the features as it goes (trainer.regenerate, "
+                   "the reference to beat)")
+    p.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16",
+                   help="torch: the weights the answers are decoded with (bf16 matmuls run on a "
+                        "CPU's AMX/AVX-512 bf16 units; features and --check stay fp32)")
+    p.add_argument("--parallel", type=int, default=8, help="llama-server slots decoding together")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--regen-batch", type=int, default=64, help="torch: prompts decoded together")
+    p.add_argument("--target-gguf", default=None,
+                   help="llama-cpp: the target's GGUF (default: the offline source's)")
+    p.add_argument("--no-repack", action="store_true", help="llama-cpp: llama.cpp's -nr")
+    p.add_argument("--check", type=int, default=0,
+                   help="after making, feed the first N answers to the fp32 torch target and "
+                        "report how often it picks the same next token")
+    p.add_argument("--layer-ids", type=lambda x: [int(i) for i in x.split(",")], default=None,
+                   help="the layers whose features torch-features and --time-features take "
+                        "(default: a 1-layer drafter's three, drafter.default_target_layer_ids)")
+    p.add_argument("--time-features", action="store_true",
+                   help="time trainer.feature_pass over the shards made in this run")
+    p.add_argument("--json", default=None, help="write the result here too")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    recipe = {"target": args.target, "n_math": args.n_math, "n_code": args.n_code,
+              "n_prose": args.n_prose, "prose_source": args.prose_source, "seed": args.seed,
+              "shards": args.shards, "max_new_tokens": args.max_new_tokens}
+    manifest = {"recipe": recipe, "shards": {}}
+    if (out / MANIFEST).is_file():
+        manifest = json.loads((out / MANIFEST).read_text())
+        if manifest["recipe"] != recipe:
+            raise ValueError(f"{out} holds answers of another recipe {manifest['recipe']}; "
+                             f"use those options or another --out.")
+    prompts = chat_prompts.chat_training_prompts(args.n_math, args.n_code, args.n_prose,
+                                                 args.seed, args.prose_source)
+    target, tokenizer = load_target(args.target)
+    if args.layer_ids is None:
+        args.layer_ids = default_target_layer_ids(target.config.num_hidden_layers, 3)
+    todo = [s for s in range(args.make_shards or args.shards) if str(s) not in manifest["shards"]]
+    command = "python -m minidflash answers " + " ".join(sys.argv[1:] if argv is None else argv)
+
+    @contextmanager
+    def engine():
+        if args.engine != "llama-cpp" or not todo:
+            yield None
+            return
+        gguf = Path(args.target_gguf) if args.target_gguf else target_files(args.target, target)[1]
+        if gguf is None:
+            raise ValueError(f"no GGUF known for {args.target}: pass --target-gguf (llama.cpp's "
+                             f"converter makes one from the HF folder).")
+        width = max(len(tokenizer.apply_chat_template(q["messages"], add_generation_prompt=True))
+                    for q in prompts)
+        with llama_server(gguf, args.parallel, args.threads, width + args.max_new_tokens + 8,
+                          args.no_repack) as port:
+            yield port
+
+    decoder = target   # what makes the text; features and --check always read the fp32 target
+    if args.engine == "torch" and args.dtype != "float32":
+        decoder = copy.deepcopy(target).to(getattr(torch, args.dtype))
+    with engine() as port:
+        for s in todo:
+            shard = prompts[s::args.shards]
+            t0 = time.perf_counter()
+            rows = make_shard(args.engine, decoder, tokenizer, shard, args, port)
+            seconds = time.perf_counter() - t0
+            save_shard(shard_path(out, s), rows, prompts_key(shard))
+            tokens = sum(len(r["ids"]) - r["response_start"] for r in rows)
+            manifest["shards"][str(s)] = {
+                "prompts_key": prompts_key(shard), "answers": len(rows), "answer_tokens": tokens,
+                "seconds": round(seconds, 1), "tokens_per_s": round(tokens / seconds, 1),
+                "engine": args.engine, "dtype": args.dtype if args.engine == "torch" else None,
+                "batch": args.regen_batch if args.engine != "llama-cpp" else args.parallel,
+                "threads": args.threads, "command": command}
+            part = out / (MANIFEST + ".part")
+            part.write_text(json.dumps(manifest, indent=1) + "\n")
+            part.replace(out / MANIFEST)
+            print(f"shard {s}: {len(rows)} answers, {tokens} tokens, {seconds:.0f} s, "
+                  f"{tokens / seconds:.0f} answer tokens/s", flush=True)
+    result = {"shards": len(manifest["shards"]),
+              "answers": sum(v["answers"] for v in manifest["shards"].values()),
+              "answer_tokens": sum(v["answer_tokens"] for v in manifest["shards"].values())}
+    if todo:
+        made = sum(manifest["shards"][str(s)]["answer_tokens"] for s in todo)
+        text_s = sum(manifest["shards"][str(s)]["seconds"] for s in todo)
+        result["this_run"] = {"engine": args.engine, "shards": todo, "answer_tokens": made,
+                              "seconds": round(text_s, 1),
+                              "answer_tokens_per_s": round(made / text_s, 1)}
+    if args.time_features and todo:
+        data = [r for s in todo for r in load_shard(shard_path(out, s))]
+        t0 = time.perf_counter()
+        feature_pass(target, data, args.layer_ids, progress=False)
+        seconds = time.perf_counter() - t0
+        result["feature_pass"] = {
+            "layer_ids": args.layer_ids, "seconds": round(seconds, 1),
+            "tokens_per_s": round(sum(len(r["ids"]) for r in data) / seconds, 1),
+            "answer_tokens_per_s": round(made / seconds, 1)}
+        result["this_run"]["end_to_end_answer_tokens_per_s"] = round(made / (text_s + seconds), 1)
+    if args.check:
+        data = load_answers(out, len(manifest["shards"]))[:args.check]
+        result["check"] = agreement(target, data)
+    print(json.dumps(result, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"command": command, **result}, indent=1) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()

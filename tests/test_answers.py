@@ -1,0 +1,149 @@
+"""Answers kept as token ids (tools/answers.py) and their features from one teacher-forced pass
+(trainer.feature_pass): the pass must give what the full forward gives, stop where it says it
+stops, and the shards must come back as they went in, or not be there at all."""
+
+import json
+
+import pytest
+import torch
+
+from minidflash import trainer
+from minidflash.tools import answers, train_drafter
+from tests.helpers import tiny_target
+
+
+def rows_of(lengths, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [{"ids": torch.randint(3, 97, (n,), generator=g), "response_start": n // 3}
+            for n in lengths]
+
+
+def close_in_fp16(a, b):
+    """Equal up to the fp16 rounding of the kept features (a batched pass may move the last bit)."""
+    return torch.allclose(a.float(), b.half().float(), rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("layer_ids,topk", [([0, 1, 2], 0), ([0, 2, 3], 4)])
+def test_feature_pass_equals_one_full_forward_per_row(layer_ids, topk):
+    """Length-sorted, right-padded batches: every row's features (and top-k logits at its answer
+    positions) are those of a forward over that row alone (``target_pass``)."""
+    target = tiny_target()
+    data = rows_of([40, 91, 17, 64, 120])
+    made = trainer.feature_pass(target, data, layer_ids, topk, batch_tokens=200, progress=False)
+    for d, m in zip(data, made):
+        n, lo = len(d["ids"]), d["response_start"]
+        f, top = trainer.target_pass(target, d["ids"][None], layer_ids, topk)
+        assert m["features"].shape == (n - 1, len(layer_ids) * 64)
+        assert close_in_fp16(m["features"], f[0, :n - 1])
+        assert torch.equal(m["ids"], d["ids"]) and m["response_start"] == lo
+        if topk:
+            assert m["topk_ids"].shape == (n - lo, topk)
+            assert torch.equal(m["topk_ids"].long(), top[1][0, lo - 1:n - 1])
+            assert torch.allclose(m["topk_logits"].float(), top[0][0, lo - 1:n - 1], atol=1e-2)
+            # and the trainer's reader places them where target_pass puts them
+            values, ids = trainer.answer_topk(m, topk, n)
+            assert torch.equal(ids[lo - 1:n - 1], top[1][0, lo - 1:n - 1])
+
+
+def test_feature_pass_stops_after_the_deepest_layer_read():
+    target = tiny_target()
+    ran = []
+    hooks = [layer.register_forward_hook(lambda m, a, o, i=i: ran.append(i))
+             for i, layer in enumerate(target.model.layers)]
+    hooks.append(target.get_output_embeddings().register_forward_hook(lambda m, a, o: ran.append("head")))
+    try:
+        trainer.feature_pass(target, rows_of([30, 50]), [1, 2], progress=False)
+        assert sorted(set(ran)) == [0, 1, 2]
+        ran.clear()
+        trainer.feature_pass(target, rows_of([30, 50]), [1, 2], topk=2, progress=False)
+        assert "head" in ran and 3 in ran          # soft labels need the whole target
+    finally:
+        for h in hooks:
+            h.remove()
+
+
+def test_length_batches_cover_every_row_once_within_the_budget():
+    lengths = [5, 300, 17, 17, 90, 2, 64, 64, 64, 250]
+    groups = trainer.length_batches(lengths, 256)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    for g in groups:
+        assert len(g) == 1 or len(g) * max(lengths[i] for i in g) <= 256
+
+
+def test_shards_come_back_as_they_went_in(tmp_path):
+    rows = rows_of([12, 40, 7])
+    path = answers.shard_path(tmp_path, 3)
+    answers.save_shard(path, rows, "abc")
+    assert path.name == "shard-003.safetensors" and not list(tmp_path.glob("*.part"))
+    back = answers.load_shard(path)
+    assert [(r["ids"].tolist(), r["response_start"]) for r in back] == \
+           [(r["ids"].tolist(), r["response_start"]) for r in rows]
+
+
+def test_load_answers_says_what_is_missing(tmp_path):
+    with pytest.raises(FileNotFoundError, match="python -m minidflash answers"):
+        answers.load_answers(tmp_path)
+    answers.save_shard(answers.shard_path(tmp_path, 1), rows_of([20]), "k")
+    (tmp_path / answers.MANIFEST).write_text(json.dumps({"recipe": {}, "shards": {"1": {}}}))
+    with pytest.raises(ValueError, match="not all there"):
+        answers.load_answers(tmp_path)
+
+
+@pytest.mark.parametrize("reply,expected", [
+    ({"tokens": [7, 8, 9], "stop_type": "eos"}, [7, 8, 9, 2]),       # the end token left out
+    ({"tokens": [7, 8, 2], "stop_type": "eos"}, [7, 8, 2]),          # ... or kept: not twice
+    ({"tokens": [7, 8, 9, 5], "stop_type": "limit"}, [7, 8, 9, 5]),
+    ({"tokens": [7, 0, 9], "stop_type": "limit"}, [7, 0]),           # cut at a stop id
+])
+def test_server_answer_ends_like_generate(monkeypatch, reply, expected):
+    sent = {}
+    monkeypatch.setattr(answers, "post", lambda port, path, body: sent.update(body) or reply)
+    assert answers.server_answer(1, [1, 2, 3], 4, [2, 0]) == expected
+    assert sent["prompt"] == [1, 2, 3] and sent["n_predict"] == 4 and sent["temperature"] == 0
+
+
+def test_train_reads_kept_answers_and_caches_their_features(tmp_path, monkeypatch):
+    """``train --answers DIR --features offline``: no regeneration, one feature pass per shard
+    cached (a second run reads the cache), and the drafter trains."""
+    folder = tmp_path / "answers"
+    folder.mkdir()
+    shards = {}
+    for s in range(2):
+        answers.save_shard(answers.shard_path(folder, s), rows_of([60, 80, 70], seed=s), str(s))
+        shards[str(s)] = {"answers": 3}
+    (folder / answers.MANIFEST).write_text(json.dumps({"recipe": {}, "shards": shards}))
+    monkeypatch.setattr(train_drafter, "CACHE_DIR", tmp_path / "cache")
+    calls = []
+    real = trainer.feature_pass
+    monkeypatch.setattr(train_drafter, "feature_pass", lambda *a, **k: calls.append(1) or real(*a, **k))
+    argv = ["--target", "data/target", "--answers", str(folder), "--features", "offline",
+            "--steps", "2", "--batch-size", "2", "--eval-every", "1", "--block-size", "8",
+            "--out", str(tmp_path / "d")]
+    info = train_drafter.main(argv)
+    assert len(calls) == 2 and len(list((tmp_path / "cache").glob("features-*.pt"))) == 2
+    assert info["data"]["answers"] == str(folder)
+    assert (tmp_path / "d" / "model.safetensors").is_file()
+    train_drafter.main(argv[:-1] + [str(tmp_path / "d2")])
+    assert len(calls) == 2                          # read from the cache
+
+
+def test_torch_answers_are_each_prompts_own_greedy_answer():
+    """The batched decode (rows of different lengths, finished rows leaving) gives every prompt
+    the answer generate() gives it alone, stop token included, and cuts at max_new_tokens."""
+    target = tiny_target()
+    g = torch.Generator().manual_seed(3)
+    rows = [torch.randint(3, 97, (n,), generator=g) for n in (5, 23, 11, 17, 8)]
+    alone = [target.generate(input_ids=r[None], attention_mask=torch.ones(1, len(r), dtype=torch.long),
+                             do_sample=False, max_new_tokens=12, pad_token_id=0)[0, len(r):]
+             for r in rows]
+    stop = int(alone[2][4])                      # a token some answer reaches: that row stops early
+    expect = []
+    for a in alone:
+        hit = (a == stop).nonzero()
+        expect.append(a[:int(hit[0]) + 1] if len(hit) else a)
+    made = answers.torch_answers(target, rows, 12, [stop], batch_size=3)
+    assert any(len(e) < 12 for e in expect)
+    for r, e, m in zip(rows, expect, made):
+        assert m["response_start"] == len(r)
+        assert torch.equal(m["ids"][:len(r)], r)
+        assert torch.equal(m["ids"][len(r):], e)
