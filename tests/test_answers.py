@@ -125,6 +125,20 @@ def test_train_reads_kept_answers_and_caches_their_features(tmp_path, monkeypatc
     assert (tmp_path / "d" / "model.safetensors").is_file()
     train_drafter.main(argv[:-1] + [str(tmp_path / "d2")])
     assert len(calls) == 2                          # read from the cache
+    # bf16 features are other features: their own cache entries, near the fp32 ones, recorded
+    info = train_drafter.main(argv[:-1] + [str(tmp_path / "d3"), "--feature-dtype", "bfloat16"])
+    assert len(calls) == 4 and len(list((tmp_path / "cache").glob("features-*.pt"))) == 4
+    assert info["data"]["feature_dtype"] == "bfloat16"
+    from minidflash.target import load_target
+    target, _ = load_target("data/target")
+    layer_ids = [1, 3, 4]
+    exact = train_drafter.answer_features(target, folder, None, layer_ids, progress=False)
+    cheap = train_drafter.answer_features(target, folder, None, layer_ids, progress=False,
+                                          dtype="bfloat16")
+    for a, b in zip(cheap, exact):
+        assert torch.equal(a["ids"], b["ids"])
+        err = (a["features"].float() - b["features"].float()).norm() / b["features"].float().norm()
+        assert 0 < err < 0.05
 
 
 def test_torch_answers_are_each_prompts_own_greedy_answer():

@@ -99,10 +99,11 @@ def load_answers(folder, use_shards: int | None = None) -> list[dict]:
     return [r for s in range(n) for r in load_shard(shard_path(folder, s))]
 
 
-def answers_digest_of(path: Path, layer_ids: list[int], topk: int = 0) -> str:
-    """The cache key of one shard's features: its bytes, the layers read, and k."""
+def answers_digest_of(path: Path, layer_ids: list[int], topk: int = 0,
+                      dtype: str = "float32") -> str:
+    """The cache key of one shard's features: its bytes, the layers read, k and the dtype."""
     h = hashlib.sha1(Path(path).read_bytes())
-    h.update(json.dumps([list(layer_ids), topk]).encode())
+    h.update(json.dumps([list(layer_ids), topk] + ([dtype] if dtype != "float32" else [])).encode())
     return h.hexdigest()[:12]
 
 
@@ -298,6 +299,9 @@ def main(argv=None) -> dict:
                         "(default: a 1-layer drafter's three, drafter.default_target_layer_ids)")
     p.add_argument("--time-features", action="store_true",
                    help="time trainer.feature_pass over the shards made in this run")
+    p.add_argument("--feature-dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="--time-features: the dtype of the pass (bfloat16 also reports how far "
+                        "its features are from fp32's)")
     p.add_argument("--json", default=None, help="write the result here too")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -368,13 +372,22 @@ def main(argv=None) -> dict:
                               "answer_tokens_per_s": round(made / text_s, 1)}
     if args.time_features and todo:
         data = [r for s in todo for r in load_shard(shard_path(out, s))]
+        model = (target if args.feature_dtype == "float32" else decoder
+                 if decoder.dtype == getattr(torch, args.feature_dtype)
+                 else copy.deepcopy(target).to(getattr(torch, args.feature_dtype)))
         t0 = time.perf_counter()
-        feature_pass(target, data, args.layer_ids, progress=False)
+        feats = feature_pass(model, data, args.layer_ids, progress=False)
         seconds = time.perf_counter() - t0
         result["feature_pass"] = {
-            "layer_ids": args.layer_ids, "seconds": round(seconds, 1),
+            "layer_ids": args.layer_ids, "dtype": args.feature_dtype, "seconds": round(seconds, 1),
             "tokens_per_s": round(sum(len(r["ids"]) for r in data) / seconds, 1),
             "answer_tokens_per_s": round(made / seconds, 1)}
+        if model is not target:   # how far the cheaper features are from the fp32 target's
+            exact = feature_pass(target, data, args.layer_ids, progress=False)
+            err = torch.cat([(a["features"].float() - b["features"].float()).norm(dim=-1)
+                             / b["features"].float().norm(dim=-1) for a, b in zip(feats, exact)])
+            result["feature_pass"]["relative_error_mean"] = round(float(err.mean()), 4)
+            result["feature_pass"]["relative_error_max"] = round(float(err.max()), 4)
         result["this_run"]["end_to_end_answer_tokens_per_s"] = round(made / (text_s + seconds), 1)
     if args.check:
         data = load_answers(out, len(manifest["shards"]))[:args.check]

@@ -28,6 +28,7 @@ cache/ (under torchrun each rank makes its share of the shards).
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import random
 import sys
@@ -84,21 +85,29 @@ def chat_training_data(target, tokenizer, n_math=CHAT_COUNTS["n_math"],
                                          topk=topk)]
 
 
-def answer_features(target, folder, use_shards, layer_ids, topk=0, mine=None, progress=True):
+def answer_features(target, folder, use_shards, layer_ids, topk=0, mine=None, progress=True,
+                    dtype: str = "float32"):
     """The kept answers of ``folder`` (first ``use_shards`` shards) with their features (and
     top-k logits), one teacher-forced pass per shard, each cached in cache/ under a key of the
-    shard file, the layers and k; ``mine``: the shards to make now (None: all)."""
+    shard file, the layers, k and dtype; ``mine``: the shards to make now (None: all).
+
+    ``dtype`` "bfloat16" runs the pass on a bf16 copy of the target (about 3x faster on a CPU
+    with AMX or AVX-512 bf16; the features move by about 1%, ``answers --time-features``
+    measures it); the drafter still reads the fp32 target's features when it decodes."""
+    model = None
     shards = range(use_shards if use_shards is not None else
                    len(json.loads((Path(folder) / answers.MANIFEST).read_text())["shards"]))
     rows = []
     for s in (shards if mine is None else mine):
         path = answers.shard_path(folder, s)
-        key = answers.answers_digest_of(path, layer_ids, topk)
+        key = answers.answers_digest_of(path, layer_ids, topk, dtype)
         cached = CACHE_DIR / f"features-{key}.pt"
         if cached.exists():
             rows += torch.load(cached, mmap=True)
             continue
-        made = feature_pass(target, answers.load_shard(path), layer_ids, topk, progress=progress)
+        if model is None:
+            model = target if dtype == "float32" else copy.deepcopy(target).to(getattr(torch, dtype))
+        made = feature_pass(model, answers.load_shard(path), layer_ids, topk, progress=progress)
         cached.parent.mkdir(parents=True, exist_ok=True)
         torch.save(made, cached.with_suffix(".tmp"))
         cached.with_suffix(".tmp").replace(cached)
@@ -152,6 +161,9 @@ def config_parser(prog: str, description: str) -> argparse.ArgumentParser:
     p.add_argument("--answers", default=None,
                    help="train on answers kept as token ids in this folder (`python -m minidflash "
                         "answers`) instead of regenerating (chat target); --use-shards applies")
+    p.add_argument("--feature-dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="with --answers and offline features: the dtype of the target's "
+                        "teacher-forced feature pass (bfloat16: faster on a CPU, ~1%% off)")
     p.add_argument("--regenerate-only", action="store_true",
                    help="make (or find) the regenerated data in cache/ and stop")
     p.add_argument("--max-new-tokens", type=int, default=256, help="answer length when regenerating")
@@ -168,6 +180,7 @@ def main(argv=None) -> dict:
                                      "regen_shards")}
     regenerate_only = args.pop("regenerate_only")
     answers_dir = args.pop("answers")
+    feature_dtype = args.pop("feature_dtype")
     use_shards = args.pop("use_shards")
     data_args = {k: args.pop(k) for k in ("n_arithmetic", "n_code", "max_new_tokens")}
     threads = args.pop("threads")
@@ -193,7 +206,7 @@ def main(argv=None) -> dict:
             chat["regen_shards"] = len(json.loads(
                 (Path(answers_dir) / answers.MANIFEST).read_text())["shards"]) \
                 if (Path(answers_dir) / answers.MANIFEST).is_file() else 0
-            data_args = {"answers": answers_dir}
+            data_args = {"answers": answers_dir, "feature_dtype": feature_dtype}
             if not chat["regen_shards"]:
                 p.error(f"--answers {answers_dir}: no {answers.MANIFEST} there; make the answers "
                         f"with `python -m minidflash answers --out {answers_dir} ...` first")
@@ -217,7 +230,7 @@ def main(argv=None) -> dict:
             if layer_ids is None:
                 return [r for s in mine for r in answers.load_shard(answers.shard_path(answers_dir, s))]
             return answer_features(target, answers_dir, None, layer_ids, topk, mine=mine,
-                                   progress=progress)
+                                   progress=progress, dtype=feature_dtype)
         return chat_training_data(target, tokenizer, seed=cfg.seed, layer_ids=layer_ids,
                                   progress=progress, mine=mine, topk=topk, **data_args)
 
