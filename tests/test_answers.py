@@ -161,3 +161,13 @@ def test_torch_answers_are_each_prompts_own_greedy_answer():
         assert m["response_start"] == len(r)
         assert torch.equal(m["ids"][:len(r)], r)
         assert torch.equal(m["ids"][len(r):], e)
+
+
+def test_coverage_counts_on_the_data_and_measures_on_the_held_out():
+    def row(answer):
+        return {"ids": torch.tensor([9, 9] + answer), "response_start": 2}
+    data = [row([1, 1, 1, 2]), row([1, 3])]               # counts: 1 x4, 2 x1, 3 x1
+    held = [row([1, 4, 4, 2])]
+    got = answers.coverage(data, held, ks=(1, 2), vocab_size=10)
+    assert got["1"] == {"in_sample": round(4 / 6, 5), "held_out": 0.25}       # {1}
+    assert got["2"] == {"in_sample": round(5 / 6, 5), "held_out": 0.5}        # {1, 2}: tie to the lower id

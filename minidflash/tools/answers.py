@@ -257,6 +257,23 @@ def agreement(target, data: list[dict], batch_tokens: int = 4096) -> dict:
             "identical_answers": sum(f is None for f in first) / max(len(first), 1)}
 
 
+def coverage(data: list[dict], held_out: list[dict], ks=(4096, 8192, 16384),
+             vocab_size: int | None = None) -> dict:
+    """Per K: the share of answer tokens covered by the K most frequent tokens of ``data``'s
+    answers (a draft vocabulary, ``trainer.draft_vocabulary``), in ``data`` itself and in the
+    answers of ``held_out`` (what a drafter meets on prompts it did not train on)."""
+    from ..trainer import draft_vocabulary
+
+    vocab_size = vocab_size or 1 + max(int(d["ids"].max()) for d in data + held_out)
+    held = torch.cat([d["ids"][d["response_start"]:] for d in held_out]).long()
+    out = {}
+    for k in ks:
+        vocab, seen = draft_vocabulary(data, min(k, vocab_size), vocab_size)
+        out[str(k)] = {"in_sample": round(seen, 5),
+                       "held_out": round(float(torch.isin(held, vocab).float().mean()), 5)}
+    return out
+
+
 def main(argv=None) -> dict:
     from ..drafter import default_target_layer_ids
     from ..target import load_target
@@ -275,7 +292,8 @@ def main(argv=None) -> dict:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--shards", type=int, default=24, help="interleaved shards of the prompts")
     p.add_argument("--make-shards", type=int, default=None,
-                   help="make only the first K shards now (the rest: a later run)")
+                   help="make only the first K shards now (the rest: a later run; 0: none, "
+                        "only --coverage or --check on what is there)")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--engine", choices=["torch", "llama-cpp", "torch-features"],
                    default="torch", help="torch: our batched decode, finished rows leaving; "
@@ -302,6 +320,10 @@ def main(argv=None) -> dict:
     p.add_argument("--feature-dtype", choices=["float32", "bfloat16"], default="float32",
                    help="--time-features: the dtype of the pass (bfloat16 also reports how far "
                         "its features are from fp32's)")
+    p.add_argument("--coverage", type=int, nargs="*", default=None, metavar="K",
+                   help="report the share of answer tokens the K most frequent cover (a draft "
+                        "vocabulary; default K 4096 8192 16384), counted on all shards but the "
+                        "last and measured on them and on the last")
     p.add_argument("--json", default=None, help="write the result here too")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -321,7 +343,7 @@ def main(argv=None) -> dict:
     target, tokenizer = load_target(args.target)
     if args.layer_ids is None:
         args.layer_ids = default_target_layer_ids(target.config.num_hidden_layers, 3)
-    todo = [s for s in range(args.make_shards or args.shards) if str(s) not in manifest["shards"]]
+    todo = [s for s in range(args.shards if args.make_shards is None else args.make_shards) if str(s) not in manifest["shards"]]
     command = "python -m minidflash answers " + " ".join(sys.argv[1:] if argv is None else argv)
 
     @contextmanager
@@ -389,6 +411,14 @@ def main(argv=None) -> dict:
             result["feature_pass"]["relative_error_mean"] = round(float(err.mean()), 4)
             result["feature_pass"]["relative_error_max"] = round(float(err.max()), 4)
         result["this_run"]["end_to_end_answer_tokens_per_s"] = round(made / (text_s + seconds), 1)
+    if args.coverage is not None:
+        n = len(manifest["shards"])
+        if n < 2:
+            raise ValueError("--coverage needs two shards or more (the last one is held out)")
+        result["coverage"] = coverage(load_answers(out, n - 1),
+                                      load_shard(shard_path(out, n - 1)),
+                                      args.coverage or (4096, 8192, 16384),
+                                      target.config.vocab_size)
     if args.check:
         data = load_answers(out, len(manifest["shards"]))[:args.check]
         result["check"] = agreement(target, data)
