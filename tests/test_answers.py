@@ -171,3 +171,27 @@ def test_coverage_counts_on_the_data_and_measures_on_the_held_out():
     got = answers.coverage(data, held, ks=(1, 2), vocab_size=10)
     assert got["1"] == {"in_sample": round(4 / 6, 5), "held_out": 0.25}       # {1}
     assert got["2"] == {"in_sample": round(5 / 6, 5), "held_out": 0.5}        # {1, 2}: tie to the lower id
+
+
+def test_the_command_makes_shards_resumes_and_refuses_another_recipe(tmp_path):
+    """``python -m minidflash answers``: the shards asked for, a manifest that says what made
+    them, the fp32 copy's answers agreeing with the fp32 target everywhere, nothing made twice,
+    and a clear error for a folder of another recipe."""
+    out = tmp_path / "answers"
+    argv = ["--target", "data/target", "--out", str(out), "--n-math", "5", "--n-code", "3",
+            "--n-prose", "2", "--prose-source", "docstrings", "--shards", "3",
+            "--max-new-tokens", "12", "--dtype", "float32", "--threads", "1"]
+    first = answers.main(argv + ["--make-shards", "2", "--check", "7"])
+    manifest = json.loads((out / answers.MANIFEST).read_text())
+    assert sorted(manifest["shards"]) == ["0", "1"] and first["answers"] == 7   # 10 prompts: 4 + 3
+    assert manifest["shards"]["0"]["engine"] == "torch" and manifest["shards"]["0"]["dtype"] == "float32"
+    assert first["check"]["token_agreement"] == 1.0          # exact arithmetic: the same answers
+    made = answers.load_answers(out)
+    assert all(len(r["ids"]) - r["response_start"] <= 12 for r in made)
+    before = answers.shard_path(out, 0).read_bytes()
+    again = answers.main(argv + ["--coverage", "8"])        # resumes: only shard 2 is made
+    assert again["this_run"]["shards"] == [2] and again["answers"] == 10
+    assert answers.shard_path(out, 0).read_bytes() == before
+    assert set(again["coverage"]["8"]) == {"in_sample", "held_out"}
+    with pytest.raises(ValueError, match="another recipe"):
+        answers.main(argv[:-6] + ["--max-new-tokens", "20", "--dtype", "float32", "--threads", "1"])
