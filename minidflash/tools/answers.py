@@ -2,7 +2,8 @@
 
 A drafter learns from its target's own greedy answers, and on a CPU making them is the slow part.
 ``trainer.regenerate`` runs transformers' ``generate()`` in fp32 and captures features on the way
-(SmolLM2-135M on this 2-core machine: about 100 answer tokens/s). Here the job is split in two:
+(SmolLM2-135M on a 2-core CPU: 108 answer tokens/s; the bf16 decode below makes the text at 229,
+data/README.md has the table). Here the job is split in two:
 
 1. **Text.** An engine answers the prompts greedily, one shard at a time:
    - ``--engine torch`` (default): ``speculative_generate_batch`` with no drafter, a plain
@@ -218,7 +219,7 @@ def make_shard(engine: str, target, tokenizer, prompts: list[dict], args, port=N
     from ..target import chat_ids, stop_ids
     from ..trainer import regenerate
 
-    if engine == "torch-features":   # today's way: generate(), features captured as it goes
+    if engine == "torch-features":   # the previous way: generate(), features as it goes
         return [{"ids": r["ids"], "response_start": r["response_start"]}
                 for r in regenerate(target, tokenizer, prompts, args.max_new_tokens,
                                     batch_size=args.regen_batch, progress=False,
