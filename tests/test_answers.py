@@ -193,5 +193,9 @@ def test_the_command_makes_shards_resumes_and_refuses_another_recipe(tmp_path):
     assert again["this_run"]["shards"] == [2] and again["answers"] == 10
     assert answers.shard_path(out, 0).read_bytes() == before
     assert set(again["coverage"]["8"]) == {"in_sample", "held_out"}
+    timed = answers.main(argv + ["--make-shards", "0", "--time-features", "--feature-dtype", "bfloat16"])
+    assert timed["feature_pass"]["shards"] == [2] and "this_run" not in timed
+    assert 0 < timed["feature_pass"]["relative_error_mean"] < 0.05
+    assert 0 < timed["feature_pass"]["end_to_end_answer_tokens_per_s"] < timed["feature_pass"]["text_answer_tokens_per_s"]
     with pytest.raises(ValueError, match="another recipe"):
         answers.main(argv[:-6] + ["--max-new-tokens", "20", "--dtype", "float32", "--threads", "1"])
