@@ -34,6 +34,7 @@ batch size stays the global batch, each rank takes every K-th row, gradients are
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -416,6 +417,21 @@ def length_batches(lengths: list[int], batch_tokens: int) -> list[list[int]]:
     return groups + ([group] if group else [])
 
 
+def right_padded(data: list[dict], batch_tokens: int):
+    """Yield (idx, ids): the rows of ``data`` in ``length_batches``, each batch's "ids" stacked
+    (n, S) with right padding (0), so that a causal pass gives each row only its own tokens."""
+    for idx in length_batches([len(d["ids"]) for d in data], batch_tokens):
+        ids = torch.zeros(len(idx), max(len(data[i]["ids"]) for i in idx), dtype=torch.long)
+        for r, i in enumerate(idx):
+            ids[r, :len(data[i]["ids"])] = data[i]["ids"]
+        yield idx, ids
+
+
+def in_dtype(model, dtype: str):
+    """``model`` itself for "float32", else a copy of it cast to ``dtype`` (e.g. "bfloat16")."""
+    return model if dtype == "float32" else copy.deepcopy(model).to(getattr(torch, dtype))
+
+
 class _Enough(Exception):
     """Raised by a hook on the deepest layer read: the rest of the target is not needed."""
 
@@ -444,12 +460,8 @@ def feature_pass(target, data: list[dict], layer_ids: list[int], topk: int = 0,
         hooks.append((decoder.norm if i == last else decoder.layers[i]).register_forward_hook(keep))
     out = [None] * len(data)
     try:
-        for idx in tqdm(length_batches([len(d["ids"]) for d in data], batch_tokens),
-                        desc="features", disable=not progress, mininterval=10):
-            S = max(len(data[i]["ids"]) for i in idx)
-            ids = torch.zeros(len(idx), S, dtype=torch.long)
-            for r, i in enumerate(idx):
-                ids[r, :len(data[i]["ids"])] = data[i]["ids"]
+        for idx, ids in tqdm(right_padded(data, batch_tokens), desc="features",
+                             disable=not progress, mininterval=10):
             captured.clear()
             try:
                 hidden = decoder(input_ids=ids).last_hidden_state

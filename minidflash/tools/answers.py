@@ -31,7 +31,6 @@ then ``python -m minidflash train --target ... --answers DIR ...``.
 from __future__ import annotations
 
 import argparse
-import copy
 import hashlib
 import json
 import signal
@@ -235,16 +234,12 @@ def agreement(target, data: list[dict], batch_tokens: int = 4096) -> dict:
     """How often the fp32 torch target, fed each answer teacher-forced, picks the answer's own
     next token: 1.0 for answers made by this copy in exact arithmetic, a little less for another
     engine's (near-ties decided differently), and where the first disagreement falls."""
-    from ..trainer import length_batches
+    from ..trainer import right_padded
 
     same = total = 0
     first = []
     with torch.no_grad():
-        for idx in length_batches([len(d["ids"]) for d in data], batch_tokens):
-            S = max(len(data[i]["ids"]) for i in idx)
-            ids = torch.zeros(len(idx), S, dtype=torch.long)
-            for r, i in enumerate(idx):
-                ids[r, :len(data[i]["ids"])] = data[i]["ids"]
+        for idx, ids in right_padded(data, batch_tokens):
             pred = target(input_ids=ids).logits.argmax(-1)
             for r, i in enumerate(idx):
                 d = data[i]
@@ -278,7 +273,7 @@ def coverage(data: list[dict], held_out: list[dict], ks=(4096, 8192, 16384),
 def main(argv=None) -> dict:
     from ..drafter import default_target_layer_ids
     from ..target import load_target
-    from ..trainer import feature_pass
+    from ..trainer import feature_pass, in_dtype
     from . import chat_prompts
     from .llama_cpp import target_files
 
@@ -363,9 +358,8 @@ def main(argv=None) -> dict:
                           args.no_repack) as port:
             yield port
 
-    decoder = target   # what makes the text; features and --check always read the fp32 target
-    if args.engine == "torch" and args.dtype != "float32":
-        decoder = copy.deepcopy(target).to(getattr(torch, args.dtype))
+    # what makes the text; features and --check always read the fp32 target
+    decoder = in_dtype(target, args.dtype) if args.engine == "torch" else target
     with engine() as port:
         for s in todo:
             shard = prompts[s::args.shards]
@@ -399,9 +393,8 @@ def main(argv=None) -> dict:
         data = [r for s in timed for r in load_shard(shard_path(out, s))]
         made = sum(manifest["shards"][str(s)]["answer_tokens"] for s in timed)
         text_s = sum(manifest["shards"][str(s)]["seconds"] for s in timed)
-        model = (target if args.feature_dtype == "float32" else decoder
-                 if decoder.dtype == getattr(torch, args.feature_dtype)
-                 else copy.deepcopy(target).to(getattr(torch, args.feature_dtype)))
+        model = (decoder if decoder.dtype == getattr(torch, args.feature_dtype)
+                 else in_dtype(target, args.feature_dtype))
         t0 = time.perf_counter()
         feats = feature_pass(model, data, args.layer_ids, progress=False)
         seconds = time.perf_counter() - t0

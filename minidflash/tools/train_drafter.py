@@ -28,7 +28,6 @@ cache/ (under torchrun each rank makes its share of the shards).
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import random
 import sys
@@ -40,7 +39,8 @@ import torch
 from ..config import CACHE_DIR, TINY_AR_DRAFTER_DIR, TINY_DRAFTER_DIR
 from ..drafter import default_target_layer_ids
 from ..target import load_target
-from ..trainer import TrainConfig, cached_regeneration, distributed, feature_pass, train
+from ..trainer import (TrainConfig, cached_regeneration, distributed, feature_pass,
+                       in_dtype, train)
 from . import answers, chat_prompts, corpus
 
 TINY_N_CODE = 1000           # --n-code for the tiny target (the shipped drafter's)
@@ -106,7 +106,7 @@ def answer_features(target, folder, use_shards, layer_ids, topk=0, mine=None, pr
             rows += torch.load(cached, mmap=True)
             continue
         if model is None:
-            model = target if dtype == "float32" else copy.deepcopy(target).to(getattr(torch, dtype))
+            model = in_dtype(target, dtype)
         made = feature_pass(model, answers.load_shard(path), layer_ids, topk, progress=progress)
         cached.parent.mkdir(parents=True, exist_ok=True)
         torch.save(made, cached.with_suffix(".tmp"))
