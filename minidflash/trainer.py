@@ -14,7 +14,7 @@
 5. The target's embedding and lm_head are shared and frozen; only the drafter trains (AdamW,
    warmup, cosine decay to a floor, gradient clipping).
 
-Two options beyond the paper (both off by default):
+Three options beyond the paper (all off by default):
 - A draft vocabulary (``draft_vocab`` K; EAGLE-3's reduced draft vocabulary, FR-Spec): the K
   tokens most frequent in the regenerated answers (``draft_vocabulary``). Logits are the K rows
   of the lm_head; a label outside them gets no loss (the drafter can never draft it; EAGLE-3
@@ -25,6 +25,8 @@ Two options beyond the paper (both off by default):
   with p the target's softmax renormalised over its top-k (and over the draft vocabulary, if
   set) and q the drafter's softmax, weighted by w_k like the CE. Hard labels stay the default
   (the paper's); tau is always measured against the hard labels.
+- Layers copied from the target (``init_from_target``): the drafter's layers start as the
+  target's last layers instead of at random (``init_from_target``); no public result either way.
 
 Run: ``python -m minidflash train --help`` (``tools/train_drafter.py``; data/README.md records
 the shipped run). Data parallel on K processes: the same command under ``torchrun
@@ -87,6 +89,7 @@ class TrainConfig:
     # beyond the paper
     draft_vocab: int = 0                    # K > 0: draft over the K most frequent answer tokens
     soft_labels: int = 0                    # k > 0: KL to the target's top-k, instead of CE
+    init_from_target: bool = False          # start the layers as copies of the target's last ones
 
 
 # --------------------------------------------------------------------------------------------
@@ -216,6 +219,24 @@ def draft_vocabulary(data: list[dict], k: int, vocab_size: int) -> tuple[torch.T
 # --------------------------------------------------------------------------------------------
 # 2-4. Anchors, block inputs, labels, loss
 # --------------------------------------------------------------------------------------------
+
+@torch.no_grad()
+def init_from_target(drafter: DFlashDrafter, target) -> list[int]:
+    """Start the drafter's n layers as copies of the target's last n (and its final norm as the
+    target's): every tensor of the same name and shape (attention, MLP, RMSNorms); the rest (fc,
+    hidden_norm, a Qwen3 q/k_norm the target lacks) keeps its fresh init. The last layers are
+    the ones that turn deep states into the next token, which is what the drafter's shared
+    lm_head reads. Returns the target layers copied."""
+    layers = target.model.layers
+    picked = list(range(len(layers) - len(drafter.layers), len(layers)))
+    for mine, theirs in zip(drafter.layers, (layers[i] for i in picked)):
+        source = theirs.state_dict()
+        for name, t in mine.state_dict().items():
+            if name in source and source[name].shape == t.shape:
+                t.copy_(source[name])
+    drafter.norm.weight.copy_(target.model.norm.weight)
+    return picked
+
 
 def sample_anchors(response_start: int, length: int, block_size: int, n: int,
                    generator: torch.Generator, random_anchors: bool = True) -> torch.Tensor:
@@ -537,6 +558,8 @@ def train(cfg: TrainConfig, target, tokenizer, data: list[dict], progress=True,
                                    target_layer_ids=cfg.target_layer_ids,
                                    num_features=cfg.num_features)
         drafter = DFlashDrafter(dcfg)
+        if cfg.init_from_target:
+            init_from_target(drafter, target)
         drafter.backend = check_backend(cfg.backend or default_backend(
             next(target.parameters()).device, training=True))
     else:

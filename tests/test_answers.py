@@ -133,6 +133,14 @@ def test_train_reads_kept_answers_and_caches_their_features(tmp_path, monkeypatc
     target, _ = load_target("data/target")
     layer_ids = [1, 3, 4]
     exact = train_drafter.answer_features(target, folder, None, layer_ids, progress=False)
+    # a cache with the target's top-k serves a run that needs fewer (or none), never more
+    made = len(calls)
+    soft = train_drafter.answer_features(target, folder, None, layer_ids, topk=4, progress=False)
+    assert len(calls) == made + 2 and soft[0]["topk_logits"].shape[1] == 4
+    fewer = train_drafter.answer_features(target, folder, None, layer_ids, topk=2, progress=False)
+    assert len(calls) == made + 2 and "topk_logits" in fewer[0]
+    train_drafter.answer_features(target, folder, None, layer_ids, topk=8, progress=False)
+    assert len(calls) == made + 4
     cheap = train_drafter.answer_features(target, folder, None, layer_ids, progress=False,
                                           dtype="bfloat16")
     for a, b in zip(cheap, exact):

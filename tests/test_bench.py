@@ -100,3 +100,24 @@ def test_step_times_command_writes_each_thread_count(tmp_path, monkeypatch):
     assert path.with_suffix(".png").exists()
     with pytest.raises(SystemExit):
         bench.main(["--threads", "1", "2", "--n", "1"])
+
+
+def test_full_vocab_ignores_the_draft_vocabulary_file(tmp_path, monkeypatch, tiny):
+    """``--full-vocab`` drafts over the whole vocabulary, as an engine that ignores
+    draft_vocab.json does; without it the file's subset is used; the JSON says which."""
+    drafter = load_drafter(target=tiny[0])
+    drafter.set_draft_vocab(range(0, drafter.config.vocab_size, 2))
+    drafter.save_pretrained(tmp_path / "d")
+    seen = []
+
+    def fake_step_times(target, drafter, context=512, repeats=20):
+        seen.append(drafter.draft_vocab)
+        return {"prefill_ms": 50.0, "decode_ms": 2.0, **{f"verify_{B}_ms": 3.0 for B in (4, 8, 16)},
+                **{f"draft_{B}_ms": 1.0 for B in (4, 8, 16)}}
+    monkeypatch.setattr(bench, "step_times", fake_step_times)
+    argv = ["--step-times", "--drafter", str(tmp_path / "d"), "--json"]
+    subset = bench.main(argv + [str(tmp_path / "a.json")])
+    full = bench.main(argv + [str(tmp_path / "b.json"), "--full-vocab"])
+    half = (drafter.config.vocab_size + 1) // 2
+    assert seen[0].numel() == half and seen[-1] is None
+    assert subset["draft_vocab"] == half and full["draft_vocab"] is None

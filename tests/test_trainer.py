@@ -295,3 +295,38 @@ def test_shipped_training_records_hold_no_absolute_path():
         info = json.loads(path.read_text()).get("info", {})
         absolute = [s for s in strings(info) if s.startswith("/") or s[1:3] in (":\\", ":/")]
         assert not absolute, f"{path.relative_to(config.ROOT)} records {absolute}"
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+def test_init_from_target_copies_the_last_layers(arch):
+    """init_from_target: drafter layer i starts as target layer T - n + i, tensor for tensor
+    (a Llama target has no q/k_norm: those keep their fresh init), the final norm as the
+    target's; fc and hidden_norm stay fresh."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from minidflash.drafter import DFlashDrafter, make_drafter_config
+    if arch == "qwen3":
+        target = tiny_target(layers=5)
+    else:
+        torch.manual_seed(0)
+        target = LlamaForCausalLM(LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=128,
+                                              num_hidden_layers=5, num_attention_heads=4,
+                                              num_key_value_heads=2, max_position_embeddings=512))
+        with torch.no_grad():
+            for layer in target.model.layers:   # norms away from their init of ones
+                layer.input_layernorm.weight.uniform_(0.5, 1.5)
+            target.model.norm.weight.uniform_(0.5, 1.5)
+    drafter = DFlashDrafter(make_drafter_config(target.config, num_hidden_layers=2, num_features=3))
+    fresh = {k: v.clone() for k, v in drafter.state_dict().items()}
+    assert trainer.init_from_target(drafter, target) == [3, 4]
+    for i, t in zip(range(2), (3, 4)):
+        theirs = target.model.layers[t].state_dict()
+        for name, value in drafter.layers[i].state_dict().items():
+            if name in theirs:
+                assert torch.equal(value, theirs[name]), (i, name)
+            else:
+                assert arch == "llama" and "_norm" in name
+                assert torch.equal(value, fresh[f"layers.{i}.{name}"])
+    assert torch.equal(drafter.norm.weight, target.model.norm.weight)
+    assert torch.equal(drafter.fc.weight, fresh["fc.weight"])
+    assert torch.equal(drafter.hidden_norm.weight, fresh["hidden_norm.weight"])

@@ -99,11 +99,11 @@ def load_answers(folder, use_shards: int | None = None) -> list[dict]:
     return [r for s in range(n) for r in load_shard(shard_path(folder, s))]
 
 
-def answers_digest_of(path: Path, layer_ids: list[int], topk: int = 0,
-                      dtype: str = "float32") -> str:
-    """The cache key of one shard's features: its bytes, the layers read, k and the dtype."""
+def answers_digest_of(path: Path, layer_ids: list[int], dtype: str = "float32") -> str:
+    """The cache key of one shard's features: its bytes, the layers read and the dtype (the
+    top-k kept beside them is in the file's name: ``train_drafter.answer_features``)."""
     h = hashlib.sha1(Path(path).read_bytes())
-    h.update(json.dumps([list(layer_ids), topk] + ([dtype] if dtype != "float32" else [])).encode())
+    h.update(json.dumps([list(layer_ids)] + ([dtype] if dtype != "float32" else [])).encode())
     return h.hexdigest()[:12]
 
 

@@ -225,6 +225,9 @@ def main(argv=None) -> dict:
     p.add_argument("--batch-sizes", type=int, nargs="+", default=None,
                    help="throughput against batch size instead: plain and DFlash (the first of "
                         "--block-sizes) over batches of N prompts, e.g. 1 2 4 8 16 (batch_bench.py)")
+    p.add_argument("--full-vocab", action="store_true",
+                   help="ignore the drafter's draft_vocab.json and draft over the whole vocabulary "
+                        "(what an engine that does not read the file does)")
     a = p.parse_args(argv)
     if len(a.threads) > 1 and not (a.step_times or a.batch_sizes):
         p.error(f"--threads {' '.join(map(str, a.threads))}: several thread counts only with "
@@ -239,11 +242,12 @@ def main(argv=None) -> dict:
     command = "python -m minidflash bench " + " ".join(sys.argv[1:] if argv is None else argv)
     if a.draft_cost or a.methods:
         return compare(a, target, tokenizer, command)
-    drafter = load_drafter(a.drafter, target=target)
+    drafter = load_drafter(a.drafter, target=target, draft_vocab=not a.full_vocab)
     if a.step_times:
         results = {"command": command, "target": a.target or repo_relative(TINY_TARGET_DIR),
                    "drafter": repo_relative(a.drafter or TINY_DRAFTER_DIR),
                    "drafter_layers": drafter.config.num_hidden_layers, "context": 512,
+                   "draft_vocab": None if drafter.draft_vocab is None else drafter.draft_vocab.numel(),
                    "threads": step_times_by_threads(target, drafter, a.threads, context=512)}
         for t, ms in results["threads"].items():
             print(f"{t} thread(s): " + ", ".join(f"{k} {v:.2f}" for k, v in ms.items()))
@@ -260,6 +264,7 @@ def main(argv=None) -> dict:
     results = {"block_sizes": a.block_sizes, "temperature": a.temperature,
                "max_new_tokens": a.max_new_tokens, "n": a.n, "threads": torch.get_num_threads(),
                "drafter_layers": drafter.config.num_hidden_layers,
+               "draft_vocab": None if drafter.draft_vocab is None else drafter.draft_vocab.numel(),
                "command": command,
                "suites": {}}
     warm_up(target, tokenizer, drafter, a.block_sizes)

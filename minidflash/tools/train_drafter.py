@@ -89,7 +89,8 @@ def answer_features(target, folder, use_shards, layer_ids, topk=0, mine=None, pr
                     dtype: str = "float32"):
     """The kept answers of ``folder`` (first ``use_shards`` shards) with their features (and
     top-k logits), one teacher-forced pass per shard, each cached in cache/ under a key of the
-    shard file, the layers, k and dtype; ``mine``: the shards to make now (None: all).
+    shard file, the layers and dtype, with k in the name (a cache with k or more top logits
+    serves); ``mine``: the shards to make now (None: all).
 
     ``dtype`` "bfloat16" runs the pass on a bf16 copy of the target (about 3x faster on a CPU
     with AMX or AVX-512 bf16; the features move by about 1%, ``answers --time-features``
@@ -100,11 +101,16 @@ def answer_features(target, folder, use_shards, layer_ids, topk=0, mine=None, pr
     rows = []
     for s in (shards if mine is None else mine):
         path = answers.shard_path(folder, s)
-        key = answers.answers_digest_of(path, layer_ids, topk, dtype)
-        cached = CACHE_DIR / f"features-{key}.pt"
-        if cached.exists():
-            rows += torch.load(cached, mmap=True)
+        key = answers.answers_digest_of(path, layer_ids, dtype)
+        # features-<key>-k<k>.pt: a shard's features with the target's top-k; one with k >= topk
+        # serves (a hard-label run reads the features of a soft-label run's cache)
+        found = sorted((int(f.stem.rsplit("-k", 1)[1]), f)
+                       for f in CACHE_DIR.glob(f"features-{key}-k*.pt"))
+        found = [f for k, f in found if k >= topk]
+        if found:
+            rows += torch.load(found[0], mmap=True)
             continue
+        cached = CACHE_DIR / f"features-{key}-k{topk}.pt"
         if model is None:
             model = in_dtype(target, dtype)
         made = feature_pass(model, answers.load_shard(path), layer_ids, topk, progress=progress)
