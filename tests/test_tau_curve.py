@@ -17,11 +17,13 @@ def test_curve_orders_snapshots_and_trained_beats_untrained(tmp_path):
     files = []
     for name, sd, step in (("late", trained, 3000), ("early", untrained, 10)):  # out of order
         files.append(tmp_path / f"state-{name}.pt")
-        torch.save({"drafter": sd, "step": step, "history": history}, files[-1])
+        torch.save({"drafter": sd, "step": step, "history": history, "config": {"batch_size": 4}},
+                   files[-1])
     out = tmp_path / "curve.json"
     result = tau_curve.main([*map(str, files), "--drafter", str(TINY_DRAFTER_DIR), "--suites",
                              "arithmetic", "--n", "2", "--max-new-tokens", "48", "--json", str(out)])
     assert [p["step"] for p in result["points"]] == [10, 3000]
+    assert [p["answers_seen"] for p in result["points"]] == [40, 12000]   # step x batch size
     early, late = (p["tau"]["arithmetic"] for p in result["points"])
     assert late > early + 1.0, (early, late)        # blind features (fc zeroed) draft far worse
     assert json.loads(out.read_text())["points"] == result["points"]

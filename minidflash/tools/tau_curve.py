@@ -87,6 +87,7 @@ def main(argv=None) -> dict:
     for state in states:
         drafter.load_state_dict(state["drafter"])
         points.append({"step": state["step"],
+                       "answers_seen": state["step"] * state["config"]["batch_size"],
                        "tau": snapshot_taus(target, tokenizer, drafter, rows, a.max_new_tokens)})
         print(f"step {state['step']:>6}: " + "  ".join(f"{s} {t:.2f}" for s, t in points[-1]["tau"].items()),
               flush=True)
