@@ -330,3 +330,65 @@ def test_init_from_target_copies_the_last_layers(arch):
     assert torch.equal(drafter.norm.weight, target.model.norm.weight)
     assert torch.equal(drafter.fc.weight, fresh["fc.weight"])
     assert torch.equal(drafter.hidden_norm.weight, fresh["hidden_norm.weight"])
+
+
+def test_init_drafter_continues_a_saved_drafter(tmp_path):
+    """init_drafter: the new run starts from the saved weights (at another block size), its
+    first loss is the trained drafter's, not a fresh one's, and training.json names the run it
+    continues (steps, answers seen)."""
+    target, data = toy_training_data()
+    base = dict(num_layers=1, anchors_per_seq=8, batch_size=4, lr=3e-3)
+    first = trainer.train(trainer.TrainConfig(block_size=8, steps=40, eval_every=40,
+                                              out=str(tmp_path / "a"), **base),
+                          target, Tok(60), data, progress=False)
+    same = trainer.train(trainer.TrainConfig(block_size=4, steps=0, out=str(tmp_path / "b"),
+                                             init_drafter=str(tmp_path / "a"), **base),
+                         target, Tok(60), data, progress=False)
+    for k, v in first["drafter"].state_dict().items():
+        assert torch.equal(v, same["drafter"].state_dict()[k]), k
+    assert same["drafter"].block_size == 4
+    record = json.loads((tmp_path / "b" / "training.json").read_text())["info"]["init_drafter"]
+    assert record["steps"] == 40 and record["answers_seen"] == 160 and record["block_size"] == 8
+
+    def first_loss(**extra):
+        cfg = trainer.TrainConfig(block_size=8, steps=1, out=str(tmp_path / f"c{len(extra)}"),
+                                  **base, **extra)
+        return trainer.train(cfg, target, Tok(60), data, progress=False)["history"]["loss"][0]
+    trained, fresh = first_loss(init_drafter=str(tmp_path / "a")), first_loss()
+    assert trained < 0.8 * fresh, (trained, fresh)
+
+
+def test_init_drafter_rejects_another_shape(tmp_path):
+    target, data = toy_training_data()
+    cfg = trainer.TrainConfig(num_layers=1, block_size=8, anchors_per_seq=8, steps=1, batch_size=2,
+                              out=str(tmp_path / "a"))
+    trainer.train(cfg, target, Tok(60), data, progress=False)
+    for wrong, message in (({"num_layers": 2}, "num_hidden_layers is 1"),
+                           ({"num_features": 2}, "--target-layer-ids"),
+                           ({"init_from_target": True}, "not both")):
+        bad = trainer.TrainConfig(**{**cfg.__dict__, "out": str(tmp_path / "b"),
+                                     "init_drafter": str(tmp_path / "a"), **wrong})
+        with pytest.raises(ValueError, match=message):
+            trainer.train(bad, target, Tok(60), data, progress=False)
+
+
+def test_bf16_compute_runs_under_autocast_and_learns(tmp_path, monkeypatch):
+    """compute_dtype="bfloat16": the loss is given bf16 logits (the matmuls ran in bf16), the
+    weights stay fp32, and the run learns as the fp32 one does; another dtype is refused."""
+    target, data = toy_training_data()
+    dtypes, real = [], trainer.drafter_loss
+
+    def drafter_loss(logits, *args):
+        dtypes.append(logits.dtype)
+        return real(logits, *args)
+    monkeypatch.setattr(trainer, "drafter_loss", drafter_loss)
+    cfg = trainer.TrainConfig(num_layers=1, block_size=8, anchors_per_seq=8, steps=60, batch_size=4,
+                              lr=3e-3, eval_every=60, compute_dtype="bfloat16", out=str(tmp_path / "d"))
+    out = trainer.train(cfg, target, Tok(60), data, progress=False)
+    h = out["history"]["loss"]
+    assert set(dtypes) == {torch.bfloat16}
+    assert all(p.dtype == torch.float32 for p in out["drafter"].parameters())
+    assert sum(h[-10:]) / 10 < 0.8 * sum(h[:10]) / 10
+    with pytest.raises(ValueError, match="compute_dtype"):
+        trainer.train(trainer.TrainConfig(compute_dtype="float16", out=str(tmp_path / "e")),
+                      target, Tok(60), data, progress=False)

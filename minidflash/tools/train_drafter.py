@@ -138,6 +138,12 @@ def config_parser(prog: str, description: str) -> argparse.ArgumentParser:
         elif f.name == "drafter":
             p.add_argument(flag, choices=["dflash", "ar"], default=default,
                            help="dflash: the block drafter; ar: the EAGLE-3-style rival")
+        elif f.name == "compute_dtype":
+            p.add_argument(flag, choices=["float32", "bfloat16"], default=default,
+                           help="bfloat16: the drafter's matmuls under autocast (weights stay fp32)")
+        elif f.name == "init_drafter":
+            p.add_argument(flag, default=None,
+                           help="start from this saved drafter's weights (fresh optimizer)")
         elif f.name == "out":
             p.add_argument(flag, default=None,
                            help=f"default {TINY_DRAFTER_DIR} (dflash) or {TINY_AR_DRAFTER_DIR} (ar)")
