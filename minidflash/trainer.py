@@ -264,14 +264,15 @@ def init_from_drafter(drafter: DFlashDrafter, path, target) -> dict:
                          f"run {drafter.target_layer_ids}: pass --target-layer-ids "
                          f"{','.join(map(str, prior.target_layer_ids))}.")
     drafter.load_state_dict(prior.state_dict())
-    record = {"path": repo_relative(path)}
+    record = {"path": repo_relative(path), "answers_seen": 0}
     run = Path(path, "training.json")
     if run.is_file():
         seen = json.loads(run.read_text())["info"]
         c = seen.get("config", {})
         record.update(steps=c.get("steps"), batch_size=c.get("batch_size"),
                       block_size=c.get("block_size"), anchors_per_seq=c.get("anchors_per_seq"),
-                      answers_seen=(c.get("steps") or 0) * (c.get("batch_size") or 0),
+                      answers_seen=(c.get("steps") or 0) * (c.get("batch_size") or 0)
+                      + (seen.get("init_drafter") or {}).get("answers_seen", 0),
                       prior=seen.get("init_drafter"))
     return record
 
@@ -736,7 +737,8 @@ def train(cfg: TrainConfig, target, tokenizer, data: list[dict], progress=True,
             ckpt.mkdir(parents=True, exist_ok=True)
             torch.save({"config": asdict(cfg), "drafter": drafter.state_dict(), "opt": opt.state_dict(),
                         "sched": sched.state_dict(), "history": history, "step": step + 1,
-                        "rng": gen.get_state(), "order": order, "epoch_pos": epoch_pos},
+                        "rng": gen.get_state(), "order": order, "epoch_pos": epoch_pos,
+                        "answers_before": init_info["answers_seen"] if cfg.init_drafter else 0},
                        ckpt / "state.tmp")
             (ckpt / "state.tmp").replace(ckpt / "state.pt")
     drafter.eval().requires_grad_(False)

@@ -15,16 +15,18 @@ def test_curve_orders_snapshots_and_trained_beats_untrained(tmp_path):
     untrained = {k: torch.zeros_like(v) if k.startswith("fc") else v for k, v in trained.items()}
     history = {"step": [0, 1, 2], "tau": [1.0, 2.0, 3.0]}
     files = []
-    for name, sd, step in (("late", trained, 3000), ("early", untrained, 10)):  # out of order
+    # out of order; "later" continued the drafter of "late" (init_drafter): its steps count on
+    for name, sd, step, before in (("late", trained, 3000, None), ("early", untrained, 10, None),
+                                   ("later", trained, 5, 12000)):
         files.append(tmp_path / f"state-{name}.pt")
-        torch.save({"drafter": sd, "step": step, "history": history, "config": {"batch_size": 4}},
-                   files[-1])
+        state = {"drafter": sd, "step": step, "history": history, "config": {"batch_size": 4}}
+        torch.save(state if before is None else {**state, "answers_before": before}, files[-1])
     out = tmp_path / "curve.json"
     result = tau_curve.main([*map(str, files), "--drafter", str(TINY_DRAFTER_DIR), "--suites",
                              "arithmetic", "--n", "2", "--max-new-tokens", "48", "--json", str(out)])
-    assert [p["step"] for p in result["points"]] == [10, 3000]
-    assert [p["answers_seen"] for p in result["points"]] == [40, 12000]   # step x batch size
-    early, late = (p["tau"]["arithmetic"] for p in result["points"])
+    assert [p["step"] for p in result["points"]] == [10, 3000, 5]
+    assert [p["answers_seen"] for p in result["points"]] == [40, 12000, 12020]  # + step x batch
+    early, late = (p["tau"]["arithmetic"] for p in result["points"][:2])
     assert late > early + 1.0, (early, late)        # blind features (fc zeroed) draft far worse
     assert json.loads(out.read_text())["points"] == result["points"]
     assert out.with_suffix(".png").is_file()

@@ -356,6 +356,8 @@ def test_init_drafter_continues_a_saved_drafter(tmp_path):
         return trainer.train(cfg, target, Tok(60), data, progress=False)["history"]["loss"][0]
     trained, fresh = first_loss(init_drafter=str(tmp_path / "a")), first_loss()
     assert trained < 0.8 * fresh, (trained, fresh)
+    # its checkpoint says how many answers the drafter had seen before (tau-curve adds them)
+    assert torch.load(tmp_path / "c1.ckpt" / "state.pt")["answers_before"] == 160
 
 
 def test_init_drafter_rejects_another_shape(tmp_path):

@@ -4,7 +4,9 @@ The trainer rewrites ``<out>.ckpt/state.pt`` every ``--eval-every`` steps (the d
 the optimiser and the step). Copies of it taken while the training runs are snapshots of the
 drafter; this decodes the first ``--n`` prompts of each suite with each snapshot (DFlash only:
 tau needs no baseline, and the decode is lossless whatever the weights) and writes tau by suite
-against the step, beside the tau the trainer logged at its random training anchors.
+against the answers seen (step x batch size, plus what the drafter it continued had seen:
+``--init-drafter`` runs record it), beside the tau the trainer logged at its training anchors.
+Snapshots of a run and of the run that continued it make one curve.
 
     while sleep 60; do cp -n OUT.ckpt/state.pt snaps/state-$(stat -c %Y OUT.ckpt/state.pt).pt; done &
     python -m minidflash tau-curve --target HuggingFaceTB/SmolLM2-135M-Instruct \\
@@ -45,13 +47,13 @@ def plot(result: dict, path: Path) -> None:
 
     fig = Figure(figsize=(7, 3.8))
     ax = fig.subplots()
-    steps = [p["step"] for p in result["points"]]
+    seen = [p["answers_seen"] for p in result["points"]]
     for suite in result["suites"]:
-        ax.plot(steps, [p["tau"][suite] for p in result["points"]], marker="o", label=suite)
+        ax.plot(seen, [p["tau"][suite] for p in result["points"]], marker="o", label=suite)
     h = result.get("training_anchors")
     if h:
-        ax.plot(h["step"], h["tau"], color="grey", lw=1, ls="--", label="training anchors")
-    ax.set(xlabel="training step", ylabel="tau (tokens per verify step)",
+        ax.plot(h["answers_seen"], h["tau"], color="grey", lw=1, ls="--", label="training anchors")
+    ax.set(xlabel="answers seen", ylabel="tau (tokens per verify step)",
            title="acceptance against training steps")
     ax.legend()
     fig.tight_layout()
@@ -82,20 +84,23 @@ def main(argv=None) -> dict:
             raise SystemExit(f"{f} is not a trainer checkpoint (no 'drafter' and 'step'): pass "
                              f"copies of <out>.ckpt/state.pt")
         states.append(state)
-    states.sort(key=lambda s: s["step"])
+    seen = lambda s: s.get("answers_before", 0) + s["step"] * s["config"]["batch_size"]
+    states.sort(key=seen)
     points = []
     for state in states:
         drafter.load_state_dict(state["drafter"])
-        points.append({"step": state["step"],
-                       "answers_seen": state["step"] * state["config"]["batch_size"],
+        points.append({"step": state["step"], "answers_seen": seen(state),
                        "tau": snapshot_taus(target, tokenizer, drafter, rows, a.max_new_tokens)})
         print(f"step {state['step']:>6}: " + "  ".join(f"{s} {t:.2f}" for s, t in points[-1]["tau"].items()),
               flush=True)
-    h = states[-1]["history"]
+    last = states[-1]
+    h, before, batch = last["history"], last.get("answers_before", 0), last["config"]["batch_size"]
     result = {"command": "python -m minidflash tau-curve " + " ".join(sys.argv[1:] if argv is None else argv),
               "suites": a.suites, "n": a.n, "max_new_tokens": a.max_new_tokens,
               "threads": torch.get_num_threads(), "points": points,
-              "training_anchors": {"step": h["step"][::10], "tau": smooth(h["tau"])[::10]}}
+              "training_anchors": {"step": h["step"][::10],
+                                   "answers_seen": [before + (s + 1) * batch for s in h["step"][::10]],
+                                   "tau": smooth(h["tau"])[::10]}}
     from .bench import write
 
     write(result, a.json, plot)
