@@ -149,6 +149,33 @@ def test_train_reads_kept_answers_and_caches_their_features(tmp_path, monkeypatc
         assert 0 < err < 0.05
 
 
+
+def test_train_reads_several_answer_folders_in_order(tmp_path, monkeypatch):
+    """``train --answers A B``: A's shards then B's; --use-shards counts across them; the
+    folders are recorded."""
+    monkeypatch.setattr(train_drafter, "CACHE_DIR", tmp_path / "cache")
+    folders = []
+    for name, lengths in (("a", [[60, 80], [70, 65]]), ("b", [[90, 75, 85]])):
+        folder = tmp_path / name
+        folder.mkdir()
+        for s, ls in enumerate(lengths):
+            answers.save_shard(answers.shard_path(folder, s), rows_of(ls, seed=s), str(s))
+        (folder / answers.MANIFEST).write_text(json.dumps(
+            {"recipe": {}, "shards": {str(s): {} for s in range(len(lengths))}}))
+        folders.append(str(folder))
+    seen = {}
+    monkeypatch.setattr(train_drafter, "train", lambda cfg, t, tok, data, info: (
+        seen.update(data=data, info=info), {"info": info})[1])
+    argv = ["--target", "data/target", "--answers", *folders, "--out", str(tmp_path / "d")]
+    train_drafter.main(argv)
+    assert [len(d["ids"]) for d in seen["data"]] == [60, 80, 70, 65, 90, 75, 85]
+    assert seen["info"]["data"]["answers"] == folders
+    train_drafter.main(argv + ["--use-shards", "3", "--features", "offline"])
+    assert [len(d["ids"]) for d in seen["data"]] == [60, 80, 70, 65, 90, 75, 85]
+    assert all("features" in d for d in seen["data"])
+    train_drafter.main(argv + ["--use-shards", "2"])
+    assert [len(d["ids"]) for d in seen["data"]] == [60, 80, 70, 65]
+
 def test_torch_answers_are_each_prompts_own_greedy_answer():
     """The batched decode (rows of different lengths, finished rows leaving) gives every prompt
     the answer generate() gives it alone, stop token included, and cuts at max_new_tokens."""

@@ -41,7 +41,7 @@ def prompts(request):
     try:
         n_prose = min(6000, cp.prose_capacity(request.param) // 2)
         return cp.chat_training_prompts(n_math=6000, n_code=len(cp._code_heads()), n_prose=n_prose,
-                                        seed=0, prose_source=request.param)
+                                        seed=0, prose_source=request.param, n_story=6000)
     except (subprocess.CalledProcessError, OSError) as e:   # no PyPI: the sdists are not here
         pytest.skip(f"prose texts unavailable: {e}")
 
@@ -90,6 +90,37 @@ def test_no_training_prompt_is_an_evaluation_item(prompts, suite):
         assert len(b) < MIN_SUBSTRING or b not in joined_train, f"{suite}: {b[:80]!r} in training"
     for b in train_body:
         assert len(b) < MIN_SUBSTRING or b not in joined_eval, f"{suite}: training {b[:80]!r} in it"
+
+
+def test_stories_are_many_situations_in_the_math_template():
+    rows = cp.story_prompts(3000, seed=0)
+    assert rows == cp.story_prompts(3000, seed=0) and rows != cp.story_prompts(3000, seed=1)
+    texts = [text_of(r) for r in rows]
+    assert len(set(texts)) == 3000 and all(t.endswith(MATH_SUFFIX) for t in texts)
+    assert {r["kind"] for r in rows} == {"story"}
+    openings = {" ".join(body(t).split()[1:4]) for t in texts}     # after the first name
+    assert len(openings) >= len(cp.STORIES)                          # every situation drawn
+    mixed = cp.chat_training_prompts(20, 10, 10, seed=2, n_story=15)
+    assert [r["kind"] for r in mixed].count("story") == 15
+
+
+def test_the_kept_answers_are_answers_to_these_prompts():
+    """data/smollm2_answers was made from chat_training_prompts with its recorded recipe: every
+    shard's prompts still hash to what the shard records (adding a kind must not move them)."""
+    import json
+
+    from minidflash.config import DATA_DIR
+    from minidflash.tools import answers
+
+    manifest = json.loads((DATA_DIR / "smollm2_answers" / answers.MANIFEST).read_text())
+    r = manifest["recipe"]
+    try:
+        prompts = cp.chat_training_prompts(r["n_math"], r["n_code"], r["n_prose"], r["seed"],
+                                           r["prose_source"], r.get("n_story", 0))
+    except (subprocess.CalledProcessError, OSError) as e:   # no PyPI: the sdists are not here
+        pytest.skip(f"prose texts unavailable: {e}")
+    for s, shard in manifest["shards"].items():
+        assert answers.prompts_key(prompts[int(s)::r["shards"]]) == shard["prompts_key"], s
 
 
 def test_math_and_code_match_the_suites_templates():

@@ -284,6 +284,9 @@ def main(argv=None) -> dict:
     p.add_argument("--n-math", type=int, default=3000)
     p.add_argument("--n-code", type=int, default=1500)
     p.add_argument("--n-prose", type=int, default=1500)
+    p.add_argument("--n-story", type=int, default=0,
+                   help="multi-step story problems (chat_prompts.STORIES), e.g. a second folder "
+                        "made with --n-math 0 --n-code 0 --n-prose 0 --n-story 3000")
     p.add_argument("--prose-source", choices=["texts", "docstrings"], default="texts")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--shards", type=int, default=24, help="interleaved shards of the prompts")
@@ -329,6 +332,8 @@ def main(argv=None) -> dict:
     recipe = {"target": args.target, "n_math": args.n_math, "n_code": args.n_code,
               "n_prose": args.n_prose, "prose_source": args.prose_source, "seed": args.seed,
               "shards": args.shards, "max_new_tokens": args.max_new_tokens}
+    if args.n_story:   # only when asked for: a folder made without stories keeps its recipe
+        recipe["n_story"] = args.n_story
     manifest = {"recipe": recipe, "shards": {}}
     if (out / MANIFEST).is_file():
         manifest = json.loads((out / MANIFEST).read_text())
@@ -336,7 +341,7 @@ def main(argv=None) -> dict:
             raise ValueError(f"{out} holds answers of another recipe {manifest['recipe']}; "
                              f"use those options or another --out.")
     prompts = chat_prompts.chat_training_prompts(args.n_math, args.n_code, args.n_prose,
-                                                 args.seed, args.prose_source)
+                                                 args.seed, args.prose_source, args.n_story)
     target, tokenizer = load_target(args.target)
     if args.layer_ids is None:
         args.layer_ids = default_target_layer_ids(target.config.num_hidden_layers, 3)

@@ -28,6 +28,7 @@ cache/ (under torchrun each rank makes its share of the shards).
 from __future__ import annotations
 
 import argparse
+from itertools import groupby
 import json
 import random
 import sys
@@ -170,9 +171,10 @@ def config_parser(prog: str, description: str) -> argparse.ArgumentParser:
     p.add_argument("--use-shards", type=int, default=None,
                    help="regenerate and train on the first K of the --regen-shards shards only "
                         "(a data budget; default: all) (chat target)")
-    p.add_argument("--answers", default=None,
-                   help="train on answers kept as token ids in this folder (`python -m minidflash "
-                        "answers`) instead of regenerating (chat target); --use-shards applies")
+    p.add_argument("--answers", nargs="+", default=None,
+                   help="train on answers kept as token ids in this folder, or these folders "
+                        "(`python -m minidflash answers`) instead of regenerating (chat target); "
+                        "--use-shards applies to their shards in order")
     p.add_argument("--feature-dtype", choices=["float32", "bfloat16"], default="float32",
                    help="with --answers and offline features: the dtype of the target's "
                         "teacher-forced feature pass (bfloat16: faster on a CPU, ~1%% off)")
@@ -214,19 +216,24 @@ def main(argv=None) -> dict:
         if data_args["n_code"] is None:
             data_args["n_code"] = CHAT_COUNTS["n_code"]
         data_args.update(chat)
-        if answers_dir is not None:   # the kept answers' own shards
-            chat["regen_shards"] = len(json.loads(
-                (Path(answers_dir) / answers.MANIFEST).read_text())["shards"]) \
-                if (Path(answers_dir) / answers.MANIFEST).is_file() else 0
-            data_args = {"answers": answers_dir, "feature_dtype": feature_dtype}
-            if not chat["regen_shards"]:
-                p.error(f"--answers {answers_dir}: no {answers.MANIFEST} there; make the answers "
-                        f"with `python -m minidflash answers --out {answers_dir} ...` first")
+        if answers_dir is not None:   # the kept answers' own shards, folder after folder
+            kept = []
+            for folder in answers_dir:
+                manifest = Path(folder) / answers.MANIFEST
+                if not manifest.is_file():
+                    p.error(f"--answers {folder}: no {answers.MANIFEST} there; make the answers "
+                            f"with `python -m minidflash answers --out {folder} ...` first")
+                kept += [(folder, s) for s in range(len(json.loads(manifest.read_text())["shards"]))]
+            chat["regen_shards"] = len(kept)
+            data_args = {"answers": answers_dir[0] if len(answers_dir) == 1 else answers_dir,
+                         "feature_dtype": feature_dtype}
         if use_shards is not None and not 0 < use_shards <= chat["regen_shards"]:
             p.error(f"--use-shards {use_shards}: pick 1 to --regen-shards ({chat['regen_shards']})")
     if target_name is None and (use_shards is not None or answers_dir is not None):
         p.error("--use-shards and --answers need --target (the tiny target's data is not sharded)")
     shards = range(use_shards if use_shards is not None else chat["regen_shards"])
+    if answers_dir is not None:               # shard i: (folder, its shard number)
+        shards = kept[:len(shards)]
     cfg = TrainConfig(**args)
     target, tokenizer = load_target(target_name)
 
@@ -240,9 +247,11 @@ def main(argv=None) -> dict:
             topk = cfg.soft_labels
         if answers_dir is not None:
             if layer_ids is None:
-                return [r for s in mine for r in answers.load_shard(answers.shard_path(answers_dir, s))]
-            return answer_features(target, answers_dir, None, layer_ids, topk, mine=mine,
-                                   progress=progress, dtype=feature_dtype)
+                return [r for f, s in mine for r in answers.load_shard(answers.shard_path(f, s))]
+            return [r for f, group in groupby(mine, key=lambda fs: fs[0])   # folder by folder
+                    for r in answer_features(target, f, None, layer_ids, topk,
+                                             mine=[s for _, s in group], progress=progress,
+                                             dtype=feature_dtype)]
         return chat_training_data(target, tokenizer, seed=cfg.seed, layer_ids=layer_ids,
                                   progress=progress, mine=mine, topk=topk, **data_args)
 
