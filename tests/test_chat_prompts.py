@@ -98,8 +98,10 @@ def test_stories_are_many_situations_in_the_math_template():
     texts = [text_of(r) for r in rows]
     assert len(set(texts)) == 3000 and all(t.endswith(MATH_SUFFIX) for t in texts)
     assert {r["kind"] for r in rows} == {"story"}
-    openings = {" ".join(body(t).split()[1:4]) for t in texts}     # after the first name
-    assert len(openings) >= len(cp.STORIES)                          # every situation drawn
+    for question, sample in cp.STORIES:          # every situation drawn, every field filled
+        words = max(re.split(r"\{\w+\}", question), key=len)      # its longest fixed words
+        assert sum(words in t for t in texts) > 3000 / len(cp.STORIES) / 3, question[:60]
+    assert not any(c in t.replace("\\boxed{}", "") for t in texts for c in "{}")
     mixed = cp.chat_training_prompts(20, 10, 10, seed=2, n_story=15)
     assert [r["kind"] for r in mixed].count("story") == 15
 

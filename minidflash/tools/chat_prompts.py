@@ -84,7 +84,9 @@ def story_prompts(n: int, seed: int = 0) -> list[dict]:
     rng, seen, out = random.Random(seed + 600), set(), []
     tries = 0
     while len(out) < n:
-        q = rng.choice(STORIES)(rng, _People(rng))
+        question, sample = rng.choice(STORIES)
+        a, b, c = rng.sample(FIRST_NAMES, 3)
+        q = question.format(a=a, b=b, c=c, **sample(rng))
         tries += 1
         if tries > 50 * n + 1000:
             raise ValueError(f"only {len(out)} distinct story problems found, {n} asked for")
@@ -178,135 +180,95 @@ PLACES = ["the library", "the farm", "the zoo", "the museum", "the beach", "the 
           "the park", "the lake"]
 
 
-class _People:
-    """Three different first names for one problem."""
-    def __init__(self, rng):
-        self.a, self.b, self.c = rng.sample(FIRST_NAMES, 3)
+def _goods(r):
+    one, many = r.choice(GOODS)
+    return many
 
 
-def _story_discount(rng, p):
-    one, many = rng.choice(GOODS)
-    n, price, off = rng.randint(3, 12), rng.randint(4, 40), rng.choice([10, 15, 20, 25, 30, 40, 50])
-    return (f"{p.a} wants to buy {n} {many} that cost ${price} each. The shop has a sale of "
-            f"{off}% off everything. How much does {p.a} pay for the {many}?")
+def _wage(r):
+    rate, h1, h2 = r.randint(6, 25), r.randint(2, 9), r.randint(2, 9)
+    return dict(job=r.choice(JOBS), rate=rate, h1=h1, h2=h2, goal=rate * (h1 + h2) + r.randint(1, 30) * 5)
 
 
-def _story_wage(rng, p):
-    job, rate, h1, h2 = rng.choice(JOBS), rng.randint(6, 25), rng.randint(2, 9), rng.randint(2, 9)
-    goal = rate * (h1 + h2) + rng.randint(1, 30) * 5
-    return (f"{p.a} earns ${rate} an hour {job}. Last week {p.a} worked {h1} hours and this week "
-            f"{h2} hours. {p.a} is saving for a bike that costs ${goal}. How much more money does "
-            f"{p.a} need?")
+def _left_over(r):
+    frac, word = r.choice([(2, "half"), (3, "a third"), (4, "a quarter"), (5, "a fifth")])
+    total = frac * r.randint(4, 20)
+    return dict(many=_goods(r), total=total, word=word, more=r.randint(2, total // frac))
 
 
-def _story_left_over(rng, p):
-    one, many = rng.choice(GOODS)
-    frac, word = rng.choice([(2, "half"), (3, "a third"), (4, "a quarter"), (5, "a fifth")])
-    total = frac * rng.randint(4, 20)
-    more = rng.randint(2, total // frac)
-    return (f"{p.a} made {total} {many} for a fair. {p.a} sold {word} of them in the morning and "
-            f"{more} more in the afternoon. How many {many} were left at the end of the day?")
+def _pages(r):
+    per_day, days, extra = r.randint(10, 40), r.randint(3, 7), r.randint(10, 50)
+    return dict(per_day=per_day, days=days, extra=extra,
+                pages=per_day * days + extra + r.randint(2, 30) * 10)
 
 
-def _story_speed(rng, p):
-    speed, hours, back = rng.choice([30, 40, 45, 50, 60, 64, 72]), rng.randint(2, 6), rng.choice([20, 30, 40, 48])
-    place = rng.choice(PLACES)
-    return (f"{p.a} drives to {place} at {speed} miles per hour for {hours} hours. On the way "
-            f"back there is traffic, so {p.a} drives at {back} miles per hour. How many hours "
-            f"does the trip back take?")
+def _scores(r):
+    scores = [r.randint(55, 100) for _ in range(r.randint(3, 5))]
+    return dict(listed=", ".join(map(str, scores[:-1])) + f" and {scores[-1]}", n=len(scores),
+                up=r.randint(1, 5))
 
 
-def _story_ages(rng, p):
-    age, diff, years = rng.randint(6, 15), rng.randint(2, 4), rng.randint(3, 12)
-    return (f"{p.a} is {age} years old. {p.b} is {diff} times as old as {p.a}. How old will "
-            f"{p.b} be in {years} years, and how old will {p.a} be then?")
+def _savings(r):
+    weekly = r.randint(5, 30)
+    return dict(start=r.randint(20, 200), weekly=weekly, weeks=r.randint(4, 12),
+                spend=r.randint(2, 4 * weekly))
 
 
-def _story_recipe(rng, p):
-    cups, serves, want = rng.choice([2, 3, 4]), rng.choice([4, 6, 8]), rng.choice([12, 16, 24, 32])
-    eggs = rng.randint(1, 4)
-    dish = rng.choice(["pancakes", "muffins", "cookies", "waffles", "dumplings"])
-    return (f"A recipe for {serves} {dish} uses {cups} cups of flour and {eggs} eggs. {p.a} wants "
-            f"to make {want} {dish} for a party. How many cups of flour and how many eggs does "
-            f"{p.a} need?")
-
-
-def _story_pages(rng, p):
-    per_day, days, extra = rng.randint(10, 40), rng.randint(3, 7), rng.randint(10, 50)
-    pages = per_day * days + extra + rng.randint(2, 30) * 10
-    return (f"{p.a} is reading a book with {pages} pages. {p.a} reads {per_day} pages a day for "
-            f"{days} days, then reads {extra} pages on the weekend. How many pages are left to "
-            f"read?")
-
-
-def _story_compare(rng, p):
-    one, many = rng.choice(GOODS)
-    a, times, fewer = rng.randint(5, 30), rng.randint(2, 4), rng.randint(2, 9)
-    return (f"{p.a} has {a} {many}. {p.b} has {times} times as many {many} as {p.a}, and {p.c} "
-            f"has {fewer} fewer than {p.b}. How many {many} do the three of them have "
-            f"altogether?")
-
-
-def _story_average(rng, p):
-    scores = [rng.randint(55, 100) for _ in range(rng.randint(3, 5))]
-    listed = ", ".join(map(str, scores[:-1])) + f" and {scores[-1]}"
-    return (f"{p.a} scored {listed} on {len(scores)} math tests. What is {p.a}'s average "
-            f"score, and what score does {p.a} need on the next test to raise the average by "
-            f"{rng.randint(1, 5)} points?")
-
-
-def _story_tip(rng, p):
-    meal, tip, people = rng.randint(30, 180), rng.choice([10, 15, 18, 20]), rng.randint(2, 6)
-    return (f"{p.a} and {people - 1} friends eat dinner together. The bill is ${meal}, and they "
-            f"leave a {tip}% tip. If they split the total equally, how much does each person "
-            f"pay?")
-
-
-def _story_garden(rng, p):
-    length, width, cost = rng.randint(5, 30), rng.randint(3, 20), rng.randint(2, 12)
-    return (f"{p.a}'s garden is a rectangle {length} feet long and {width} feet wide. A fence "
-            f"costs ${cost} per foot. How much does it cost to put a fence all the way around "
-            f"the garden?")
-
-
-def _story_time(rng, p):
-    start, minutes, breaks = rng.randint(7, 10), rng.choice([25, 35, 40, 45, 50]), rng.randint(2, 5)
-    rest = rng.choice([5, 10, 15])
-    return (f"{p.a} starts studying at {start} a.m. {p.a} does {breaks} study sessions of "
-            f"{minutes} minutes each, with a {rest}-minute break after each session except the "
-            f"last. At what time does {p.a} finish?")
-
-
-def _story_savings(rng, p):
-    start, weekly, weeks = rng.randint(20, 200), rng.randint(5, 30), rng.randint(4, 12)
-    spend = rng.randint(2, 4 * weekly)
-    return (f"{p.a} has ${start} in a piggy bank. Every week {p.a} adds ${weekly}, and every "
-            f"month (4 weeks) {p.a} spends ${spend} on a game. How much money does {p.a} have "
-            f"after {weeks} weeks?")
-
-
-def _story_animals(rng, p):
-    chickens, cows, sold = rng.randint(5, 40), rng.randint(2, 15), rng.randint(1, 5)
-    return (f"On {p.a}'s farm there are {chickens} chickens and {cows} cows. {p.a} sells {sold} "
-            f"of the cows. How many legs do the animals on the farm have now?")
-
-
-def _story_tank(rng, p):
-    size, rate, leak = rng.choice([100, 120, 150, 200, 240, 300]), rng.randint(8, 20), rng.randint(1, 6)
-    return (f"A water tank holds {size} liters. A pipe fills it at {rate} liters per minute, "
-            f"but a leak lets out {leak} liters per minute. Starting empty, how many minutes "
-            f"does it take to fill the tank?")
-
-
-def _story_shares(rng, p):
-    total, part = rng.randint(2, 20) * 60, rng.choice([(1, 2), (2, 3), (3, 5), (1, 4)])
-    return (f"{p.a}, {p.b} and {p.c} share ${total}. {p.a} gets {part[0]}/{part[1]} of the money, "
-            f"and {p.b} and {p.c} split the rest equally. How much does {p.c} get?")
-
-
-STORIES = [_story_discount, _story_wage, _story_left_over, _story_speed, _story_ages,
-           _story_recipe, _story_pages, _story_compare, _story_average, _story_tip,
-           _story_garden, _story_time, _story_savings, _story_animals, _story_tank, _story_shares]
+# (question with {a}, {b}, {c} for three first names, the sampler of its other fields)
+STORIES = [
+    ("{a} wants to buy {n} {many} that cost ${price} each. The shop has a sale of {off}% off "
+     "everything. How much does {a} pay for the {many}?",
+     lambda r: dict(many=_goods(r), n=r.randint(3, 12), price=r.randint(4, 40),
+                    off=r.choice([10, 15, 20, 25, 30, 40, 50]))),
+    ("{a} earns ${rate} an hour {job}. Last week {a} worked {h1} hours and this week {h2} hours. "
+     "{a} is saving for a bike that costs ${goal}. How much more money does {a} need?", _wage),
+    ("{a} made {total} {many} for a fair. {a} sold {word} of them in the morning and {more} more "
+     "in the afternoon. How many {many} were left at the end of the day?", _left_over),
+    ("{a} drives to {place} at {speed} miles per hour for {hours} hours. On the way back there is "
+     "traffic, so {a} drives at {back} miles per hour. How many hours does the trip back take?",
+     lambda r: dict(place=r.choice(PLACES), speed=r.choice([30, 40, 45, 50, 60, 64, 72]),
+                    hours=r.randint(2, 6), back=r.choice([20, 30, 40, 48]))),
+    ("{a} is {age} years old. {b} is {times} times as old as {a}. How old will {b} be in {years} "
+     "years, and how old will {a} be then?",
+     lambda r: dict(age=r.randint(6, 15), times=r.randint(2, 4), years=r.randint(3, 12))),
+    ("A recipe for {serves} {dish} uses {cups} cups of flour and {eggs} eggs. {a} wants to make "
+     "{want} {dish} for a party. How many cups of flour and how many eggs does {a} need?",
+     lambda r: dict(serves=r.choice([4, 6, 8]), cups=r.choice([2, 3, 4]), eggs=r.randint(1, 4),
+                    want=r.choice([12, 16, 24, 32]),
+                    dish=r.choice(["pancakes", "muffins", "cookies", "waffles", "dumplings"]))),
+    ("{a} is reading a book with {pages} pages. {a} reads {per_day} pages a day for {days} days, "
+     "then reads {extra} pages on the weekend. How many pages are left to read?", _pages),
+    ("{a} has {n} {many}. {b} has {times} times as many {many} as {a}, and {c} has {fewer} fewer "
+     "than {b}. How many {many} do the three of them have altogether?",
+     lambda r: dict(many=_goods(r), n=r.randint(5, 30), times=r.randint(2, 4), fewer=r.randint(2, 9))),
+    ("{a} scored {listed} on {n} math tests. What is {a}'s average score, and what score does {a} "
+     "need on the next test to raise the average by {up} points?", _scores),
+    ("{a} and {friends} friends eat dinner together. The bill is ${bill}, and they leave a {tip}% "
+     "tip. If they split the total equally, how much does each person pay?",
+     lambda r: dict(friends=r.randint(1, 5), bill=r.randint(30, 180), tip=r.choice([10, 15, 18, 20]))),
+    ("{a}'s garden is a rectangle {length} feet long and {width} feet wide. A fence costs ${cost} "
+     "per foot. How much does it cost to put a fence all the way around the garden?",
+     lambda r: dict(length=r.randint(5, 30), width=r.randint(3, 20), cost=r.randint(2, 12))),
+    ("{a} starts studying at {start} a.m. {a} does {sessions} study sessions of {minutes} minutes "
+     "each, with a {rest}-minute break after each session except the last. At what time does {a} "
+     "finish?",
+     lambda r: dict(start=r.randint(7, 10), sessions=r.randint(2, 5),
+                    minutes=r.choice([25, 35, 40, 45, 50]), rest=r.choice([5, 10, 15]))),
+    ("{a} has ${start} in a piggy bank. Every week {a} adds ${weekly}, and every month (4 weeks) "
+     "{a} spends ${spend} on a game. How much money does {a} have after {weeks} weeks?", _savings),
+    ("On {a}'s farm there are {chickens} chickens and {cows} cows. {a} sells {sold} of the cows. "
+     "How many legs do the animals on the farm have now?",
+     lambda r: dict(chickens=r.randint(5, 40), cows=r.randint(2, 15), sold=r.randint(1, 5))),
+    ("A water tank holds {size} liters. A pipe fills it at {rate} liters per minute, but a leak "
+     "lets out {leak} liters per minute. Starting empty, how many minutes does it take {a} to "
+     "fill the tank?",
+     lambda r: dict(size=r.choice([100, 120, 150, 200, 240, 300]), rate=r.randint(8, 20),
+                    leak=r.randint(1, 6))),
+    ("{a}, {b} and {c} share ${total}. {a} gets {num}/{den} of the money, and {b} and {c} split "
+     "the rest equally. How much does {c} get?",
+     lambda r: dict(total=r.randint(2, 20) * 60,
+                    **dict(zip(("num", "den"), r.choice([(1, 2), (2, 3), (3, 5), (1, 4)]))))),
+]
 
 
 # --------------------------------------------------------------------------------------------
