@@ -60,7 +60,7 @@ def test_target_is_smollm2(shipped):
             c.num_key_value_heads, c.vocab_size, c.tie_word_embeddings) == (
         "llama", 30, 576, 9, 3, 49152, True)
     assert stop_ids(tokenizer) == [2, 0] and mask_token_id(tokenizer) == 16
-    assert drafter.mask_token_id == 16 and drafter.block_size == 16
+    assert drafter.mask_token_id == 16 and drafter.block_size == 8
     ids = chat_ids(tokenizer, [{"role": "user", "content": "What is 2 + 3?"}])
     out = speculative_generate(target, None, ids, 12, block_size=1, stop_token_ids=stop_ids(tokenizer))
     assert "5" in tokenizer.decode(out.new_ids)
