@@ -107,22 +107,26 @@ def test_stories_are_many_situations_in_the_math_template():
 
 
 def test_the_kept_answers_are_answers_to_these_prompts():
-    """data/smollm2_answers was made from chat_training_prompts with its recorded recipe: every
-    shard's prompts still hash to what the shard records (adding a kind must not move them)."""
+    """Every answers folder in data/ (smollm2_answers, smollm2_stories) was made from
+    chat_training_prompts with its recorded recipe: every shard's prompts still hash to what the
+    shard records (adding a kind must not move them)."""
     import json
 
     from minidflash.config import DATA_DIR
     from minidflash.tools import answers
 
-    manifest = json.loads((DATA_DIR / "smollm2_answers" / answers.MANIFEST).read_text())
-    r = manifest["recipe"]
-    try:
-        prompts = cp.chat_training_prompts(r["n_math"], r["n_code"], r["n_prose"], r["seed"],
-                                           r["prose_source"], r.get("n_story", 0))
-    except (subprocess.CalledProcessError, OSError) as e:   # no PyPI: the sdists are not here
-        pytest.skip(f"prose texts unavailable: {e}")
-    for s, shard in manifest["shards"].items():
-        assert answers.prompts_key(prompts[int(s)::r["shards"]]) == shard["prompts_key"], s
+    folders = sorted(DATA_DIR.glob(f"*/{answers.MANIFEST}"))
+    assert DATA_DIR / "smollm2_answers" / answers.MANIFEST in folders
+    for path in folders:
+        manifest = json.loads(path.read_text())
+        r = manifest["recipe"]
+        try:
+            prompts = cp.chat_training_prompts(r["n_math"], r["n_code"], r["n_prose"], r["seed"],
+                                               r["prose_source"], r.get("n_story", 0))
+        except (subprocess.CalledProcessError, OSError) as e:   # no PyPI: no sdists here
+            pytest.skip(f"prose texts unavailable: {e}")
+        for s, shard in manifest["shards"].items():
+            assert answers.prompts_key(prompts[int(s)::r["shards"]]) == shard["prompts_key"], (path, s)
 
 
 def test_math_and_code_match_the_suites_templates():
