@@ -14,7 +14,7 @@
 5. The target's embedding and lm_head are shared and frozen; only the drafter trains (AdamW,
    warmup, cosine decay to a floor, gradient clipping).
 
-Three options beyond the paper (all off by default):
+Options beyond the paper (all off by default):
 - A draft vocabulary (``draft_vocab`` K; EAGLE-3's reduced draft vocabulary, FR-Spec): the K
   tokens most frequent in the regenerated answers (``draft_vocabulary``). Logits are the K rows
   of the lm_head; a label outside them gets no loss (the drafter can never draft it; EAGLE-3

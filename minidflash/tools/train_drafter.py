@@ -28,11 +28,11 @@ cache/ (under torchrun each rank makes its share of the shards).
 from __future__ import annotations
 
 import argparse
-from itertools import groupby
 import json
 import random
 import sys
 from dataclasses import fields
+from itertools import groupby
 from pathlib import Path
 
 import torch
