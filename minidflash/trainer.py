@@ -180,6 +180,16 @@ def regenerate(target, tokenizer, prompts: list[dict], max_new_tokens: int = 256
     return out
 
 
+def data_fingerprint(data: list[dict]) -> str:
+    """A short hash of the training sequences (their ids and where each answer starts): a
+    checkpoint records it, so that a rerun on other answers starts over instead of resuming."""
+    h = hashlib.sha1()
+    for d in data:
+        h.update(f"{len(d['ids'])},{d['response_start']};".encode())
+        h.update(torch.as_tensor(d["ids"]).to(torch.int64).numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
 def cached_regeneration(target, tokenizer, prompts: list[dict], max_new_tokens: int = 256,
                         progress: bool = True, layer_ids: list[int] | None = None,
                         batch_size: int = 32, topk: int = 0) -> list[dict]:
@@ -576,8 +586,9 @@ def train(cfg: TrainConfig, target, tokenizer, data: list[dict], progress=True,
           info: dict | None = None) -> dict:
     """Train a drafter for the target on regenerated ``data``; save it to cfg.out with its history.
 
-    Resumes from ``<out>.ckpt/`` when a checkpoint of the same config is there. ``info`` is
-    recorded in training.json beside the run's own figures (e.g. where the prompts came from).
+    Resumes from ``<out>.ckpt/`` when a checkpoint of the same config and the same sequences is
+    there, otherwise starts over. ``info`` is recorded in training.json beside the run's own
+    figures (e.g. where the prompts came from).
     """
     rank, world = distributed(target)   # data parallel: (0, 1) unless run by torchrun
     progress = progress and rank == 0   # one progress bar and one set of files: rank 0's
@@ -666,10 +677,16 @@ def train(cfg: TrainConfig, target, tokenizer, data: list[dict], progress=True,
     gen = torch.Generator().manual_seed(cfg.seed)   # data order and anchors
     order, epoch_pos = [], 0                        # this epoch's order, and the place in it
     start_step, ckpt = 0, Path(cfg.out + ".ckpt")
+    fingerprint = data_fingerprint(data)   # the same config on other answers must not resume
     if (ckpt / "state.pt").exists():
         state = torch.load(ckpt / "state.pt")
         # a field added since the checkpoint was written reads as its default
-        if {**asdict(TrainConfig()), **state["config"]} == asdict(cfg):
+        same = ({**asdict(TrainConfig()), **state["config"]} == asdict(cfg)
+                and state.get("data", fingerprint) == fingerprint)
+        if not same and rank == 0:
+            print(f"{ckpt} holds a run of another config or other data: starting over "
+                  f"(the checkpoint will be overwritten).")
+        if same:
             drafter.load_state_dict(state["drafter"])
             opt.load_state_dict(state["opt"])
             sched.load_state_dict(state["sched"])
@@ -738,6 +755,7 @@ def train(cfg: TrainConfig, target, tokenizer, data: list[dict], progress=True,
             torch.save({"config": asdict(cfg), "drafter": drafter.state_dict(), "opt": opt.state_dict(),
                         "sched": sched.state_dict(), "history": history, "step": step + 1,
                         "rng": gen.get_state(), "order": order, "epoch_pos": epoch_pos,
+                        "data": fingerprint,
                         "answers_before": init_info["answers_seen"] if cfg.init_drafter else 0},
                        ckpt / "state.tmp")
             (ckpt / "state.tmp").replace(ckpt / "state.pt")

@@ -236,6 +236,23 @@ def test_short_training_run_learns_and_resumes(tmp_path):
     assert again["history"]["loss"] == h
 
 
+def test_the_same_config_on_other_answers_starts_over(tmp_path, monkeypatch, capsys):
+    """The checkpoint records which sequences it trained on: rerun on other answers (another
+    --answers folder, one more shard) it starts over instead of resuming a foreign data stream."""
+    target, data = toy_training_data()
+    cfg = trainer.TrainConfig(num_layers=1, block_size=8, anchors_per_seq=8, steps=3,
+                              batch_size=4, eval_every=3, out=str(tmp_path / "d"))
+    trainer.train(cfg, target, Tok(60), data, progress=False)
+    batches, real = [], trainer.make_batch
+    monkeypatch.setattr(trainer, "make_batch", lambda *a, **k: (batches.append(1), real(*a, **k))[1])
+    trainer.train(cfg, target, Tok(60), data, progress=False)
+    assert batches == []                                # the same answers: resumed at step 3 of 3
+    trainer.train(cfg, target, Tok(60), data[:10], progress=False)
+    assert len(batches) == 3                            # two answers fewer: started over
+    assert "other data: starting over" in capsys.readouterr().out
+    assert torch.load(tmp_path / "d.ckpt" / "state.pt")["data"] == trainer.data_fingerprint(data[:10])
+
+
 def test_resume_from_the_middle_equals_an_uninterrupted_run(tmp_path, monkeypatch):
     """Killed after the step-5 checkpoint (at step 7), then rerun: the same history and weights
     as a run never interrupted (data order, anchors, optimiser and schedule all resume)."""
