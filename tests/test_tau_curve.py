@@ -37,3 +37,33 @@ def test_curve_refuses_a_file_that_is_not_a_checkpoint(tmp_path):
     torch.save({"weights": torch.zeros(1)}, bad)
     with pytest.raises(SystemExit, match="not a trainer checkpoint"):
         tau_curve.main([str(bad), "--drafter", str(TINY_DRAFTER_DIR), "--suites", "arithmetic"])
+
+
+def test_extend_adds_a_later_runs_points_to_a_saved_curve(tmp_path):
+    """A later run's snapshots join the saved curve in order of answers seen, with both commands
+    recorded; a curve measured otherwise, or the same snapshot twice, is refused."""
+    sd = load_drafter().state_dict()
+
+    def snapshot(name, step, before):
+        f = tmp_path / f"state-{name}.pt"
+        torch.save({"drafter": sd, "step": step, "answers_before": before, "config": {"batch_size": 4},
+                    "history": {"step": [0, 1], "tau": [1.0, 2.0]}}, f)
+        return str(f)
+
+    out = str(tmp_path / "curve.json")
+    common = ["--drafter", str(TINY_DRAFTER_DIR), "--suites", "arithmetic", "--n", "1",
+              "--max-new-tokens", "24", "--json", out]
+    first = tau_curve.main([snapshot("a", 10, 0), snapshot("b", 20, 0), *common])
+    both = tau_curve.main([snapshot("c", 5, 80), *common, "--extend"])
+    assert [p["answers_seen"] for p in both["points"]] == [40, 80, 100]
+    assert both["points"][:2] == first["points"]
+    assert both["command"] == first["command"] and len(both["extended_by"]) == 1
+    assert "state-c.pt" in both["extended_by"][0]
+    assert both["training_anchors"]["answers_seen"] == [4, 84]   # run after run (every 10th step)
+    assert json.loads(open(out).read())["points"] == both["points"]
+    with pytest.raises(SystemExit, match="already has points at answers seen"):
+        tau_curve.main([snapshot("c", 5, 80), *common, "--extend"])
+    with pytest.raises(SystemExit, match="n 1 there, 2 here"):
+        tau_curve.main([snapshot("d", 9, 80), *common, "--extend", "--n", "2"])
+    with pytest.raises(SystemExit, match="is not a file"):
+        tau_curve.main([snapshot("d", 9, 80), *common[:-1], str(tmp_path / "none.json"), "--extend"])

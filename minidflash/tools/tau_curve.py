@@ -6,7 +6,9 @@ drafter; this decodes the first ``--n`` prompts of each suite with each snapshot
 tau needs no baseline, and the decode is lossless whatever the weights) and writes tau by suite
 against the answers seen (step x batch size, plus what the drafter it continued had seen:
 ``--init-drafter`` runs record it), beside the tau the trainer logged at its training anchors.
-Snapshots of a run and of the run that continued it make one curve.
+Snapshots of a run and of the run that continued it make one curve; ``--extend`` adds a later
+run's snapshots to a curve already written (same suites, prompts, length and threads), so the
+earlier snapshots need not be kept.
 
     while sleep 60; do cp -n OUT.ckpt/state.pt snaps/state-$(stat -c %Y OUT.ckpt/state.pt).pt; done &
     python -m minidflash tau-curve --target HuggingFaceTB/SmolLM2-135M-Instruct \\
@@ -16,6 +18,7 @@ Snapshots of a run and of the run that continued it make one curve.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -60,6 +63,20 @@ def plot(result: dict, path: Path) -> None:
     fig.savefig(path, dpi=100)
 
 
+def extendable(a) -> dict:
+    """The curve in a.json, if it was measured the way this call measures (else a clear exit)."""
+    if not a.json or not Path(a.json).is_file():
+        raise SystemExit(f"--extend adds to the curve in --json, and {a.json!r} is not a file: "
+                         f"name the curve to extend, or leave out --extend to start one.")
+    old = json.loads(Path(a.json).read_text())
+    mine = {"suites": a.suites, "n": a.n, "max_new_tokens": a.max_new_tokens, "threads": a.threads}
+    differ = [f"{k} {old.get(k)} there, {v} here" for k, v in mine.items() if old.get(k) != v]
+    if differ:
+        raise SystemExit(f"{a.json} was measured otherwise ({'; '.join(differ)}): extend it with "
+                         f"the same --suites, --n, --max-new-tokens and --threads.")
+    return old
+
+
 @torch.no_grad()
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(prog="python -m minidflash tau-curve", description=__doc__,
@@ -72,7 +89,10 @@ def main(argv=None) -> dict:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", default=None, help="write the curve here (and a .png beside it)")
+    p.add_argument("--extend", action="store_true",
+                   help="add these snapshots' points to the curve already in --json")
     a = p.parse_args(argv)
+    old = extendable(a) if a.extend else None
     torch.set_num_threads(a.threads)
     target, tokenizer = load_target(a.target)
     drafter = load_drafter(a.drafter, target=target)
@@ -101,6 +121,18 @@ def main(argv=None) -> dict:
               "training_anchors": {"step": h["step"][::10],
                                    "answers_seen": [before + (s + 1) * batch for s in h["step"][::10]],
                                    "tau": smooth(h["tau"])[::10]}}
+    if old is not None:   # the earlier points first, then these; the commands that made each
+        seen_before = {p["answers_seen"] for p in old["points"]}
+        if seen_before & {p["answers_seen"] for p in points}:
+            raise SystemExit(f"{a.json} already has points at answers seen "
+                             f"{sorted(seen_before & {p['answers_seen'] for p in points})}: pass "
+                             f"only the snapshots of the later run.")
+        anchors = {k: old["training_anchors"][k] + result["training_anchors"][k]
+                   for k in ("step", "answers_seen", "tau")}
+        result = {**result, "command": old["command"],
+                  "extended_by": old.get("extended_by", []) + [result["command"]],
+                  "points": sorted(old["points"] + points, key=lambda p: p["answers_seen"]),
+                  "training_anchors": anchors}
     from .bench import write
 
     write(result, a.json, plot)
