@@ -122,10 +122,9 @@ def main(argv=None) -> dict:
                                    "answers_seen": [before + (s + 1) * batch for s in h["step"][::10]],
                                    "tau": smooth(h["tau"])[::10]}}
     if old is not None:   # the earlier points first, then these; the commands that made each
-        seen_before = {p["answers_seen"] for p in old["points"]}
-        if seen_before & {p["answers_seen"] for p in points}:
-            raise SystemExit(f"{a.json} already has points at answers seen "
-                             f"{sorted(seen_before & {p['answers_seen'] for p in points})}: pass "
+        clash = {p["answers_seen"] for p in old["points"]} & {p["answers_seen"] for p in points}
+        if clash:
+            raise SystemExit(f"{a.json} already has points at answers seen {sorted(clash)}: pass "
                              f"only the snapshots of the later run.")
         anchors = {k: old["training_anchors"][k] + result["training_anchors"][k]
                    for k in ("step", "answers_seen", "tau")}
