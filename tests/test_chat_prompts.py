@@ -41,7 +41,8 @@ def prompts(request):
     try:
         n_prose = min(6000, cp.prose_capacity(request.param) // 2)
         return cp.chat_training_prompts(n_math=6000, n_code=len(cp._code_heads()), n_prose=n_prose,
-                                        seed=0, prose_source=request.param, n_story=6000)
+                                        seed=0, prose_source=request.param, n_story=6000,
+                                        n_task=3000)
     except (subprocess.CalledProcessError, OSError) as e:   # no PyPI: the sdists are not here
         pytest.skip(f"prose texts unavailable: {e}")
 
@@ -106,6 +107,55 @@ def test_stories_are_many_situations_in_the_math_template():
     assert [r["kind"] for r in mixed].count("story") == 15
 
 
+# independent solutions of some tasks, to check the doctests the table writes
+CHECK = {
+    "running_sum": lambda xs: [sum(xs[:i + 1]) for i in range(len(xs))],
+    "differences": lambda xs: [xs[i] - xs[i - 1] for i in range(1, len(xs))],
+    "rotate_left": lambda xs, k: [xs[(i + k) % len(xs)] for i in range(len(xs))],
+    "rotate_right": lambda xs, k: [xs[(i - k) % len(xs)] for i in range(len(xs))],
+    "second_largest": lambda xs: sorted(set(xs))[-2] if len(set(xs)) > 1 else None,
+    "count_vowels": lambda s: len(re.findall("[aeiouAEIOU]", s)),
+    "reverse_words": lambda s: " ".join(reversed(s.split())),
+    "shift_letters": lambda s, k: s.translate(str.maketrans(
+        "abcdefghijklmnopqrstuvwxyz", "abcdefghijklmnopqrstuvwxyz"[k:] + "abcdefghijklmnopqrstuvwxyz"[:k])),
+    "fibonacci": lambda n: round(((1 + 5 ** 0.5) / 2) ** n / 5 ** 0.5),
+    "collatz_steps": lambda n: 0 if n == 1 else 1 + CHECK["collatz_steps"](n // 2 if n % 2 == 0 else 3 * n + 1),
+    "to_binary": lambda n: bin(n)[2:],
+    "keep_div3": lambda xs: [x for x in xs if x % 3 == 0],
+    "max_odd": lambda xs: (sorted(x for x in xs if x % 2 == 1)[-1:] or [None])[0],
+}
+
+
+def test_tasks_are_humaneval_shaped_and_their_doctests_are_right():
+    import ast
+
+    rows = cp.task_prompts(3000, seed=0)
+    assert rows == cp.task_prompts(3000, seed=0) and rows != cp.task_prompts(3000, seed=1)
+    assert {r["kind"] for r in rows} == {"task"} and len({text_of(r) for r in rows}) == 3000
+    names, checked = set(), 0
+    for r in rows:
+        m = HUMANEVAL_RE.fullmatch(text_of(r))
+        assert m, text_of(r)[:80]
+        tree = ast.parse(m.group(1))                     # valid Python: imports, def, docstring
+        (fn,) = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+        names.add(fn.name)
+        doc = ast.get_docstring(fn, clean=False).split("\n")
+        calls = [(line.strip()[4:], doc[i + 1].strip()) for i, line in enumerate(doc)
+                 if line.strip().startswith(">>> ")]
+        assert 1 <= len(calls) <= 3 and len({c for c, _ in calls}) == len(calls)
+        for call, want in calls:
+            assert call.startswith(fn.name + "(")
+            want = ast.literal_eval(want)                 # outputs are literals
+            if fn.name in CHECK:
+                args = ast.literal_eval("(" + call[len(fn.name) + 1:-1] + ",)")
+                assert CHECK[fn.name](*args) == want, (call, want)
+                checked += 1
+    assert set(CHECK) <= names and checked > 300
+    assert len(names) > 60                               # every table entry, its variants drawn
+    mixed = cp.chat_training_prompts(20, 10, 10, seed=2, n_task=15)
+    assert [r["kind"] for r in mixed].count("task") == 15
+
+
 def test_the_kept_answers_are_answers_to_these_prompts():
     """Every answers folder in data/ (smollm2_answers, smollm2_stories) was made from
     chat_training_prompts with its recorded recipe: every shard's prompts still hash to what the
@@ -122,7 +172,8 @@ def test_the_kept_answers_are_answers_to_these_prompts():
         r = manifest["recipe"]
         try:
             prompts = cp.chat_training_prompts(r["n_math"], r["n_code"], r["n_prose"], r["seed"],
-                                               r["prose_source"], r.get("n_story", 0))
+                                               r["prose_source"], r.get("n_story", 0),
+                                               r.get("n_task", 0))
         except (subprocess.CalledProcessError, OSError) as e:   # no PyPI: no sdists here
             pytest.skip(f"prose texts unavailable: {e}")
         for s, shard in manifest["shards"].items():

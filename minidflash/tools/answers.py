@@ -287,6 +287,9 @@ def main(argv=None) -> dict:
     p.add_argument("--n-story", type=int, default=0,
                    help="multi-step story problems (chat_prompts.STORIES), e.g. a second folder "
                         "made with --n-math 0 --n-code 0 --n-prose 0 --n-story 3000")
+    p.add_argument("--n-task", type=int, default=0,
+                   help="small function tasks in HumanEval's shape (chat_prompts.TASKS), e.g. a "
+                        "folder made with --n-math 0 --n-code 0 --n-prose 0 --n-task 3000")
     p.add_argument("--prose-source", choices=["texts", "docstrings"], default="texts")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--shards", type=int, default=24, help="interleaved shards of the prompts")
@@ -334,6 +337,8 @@ def main(argv=None) -> dict:
               "shards": args.shards, "max_new_tokens": args.max_new_tokens}
     if args.n_story:   # only when asked for: a folder made without stories keeps its recipe
         recipe["n_story"] = args.n_story
+    if args.n_task:
+        recipe["n_task"] = args.n_task
     manifest = {"recipe": recipe, "shards": {}}
     if (out / MANIFEST).is_file():
         manifest = json.loads((out / MANIFEST).read_text())
@@ -341,7 +346,8 @@ def main(argv=None) -> dict:
             raise ValueError(f"{out} holds answers of another recipe {manifest['recipe']}; "
                              f"use those options or another --out.")
     prompts = chat_prompts.chat_training_prompts(args.n_math, args.n_code, args.n_prose,
-                                                 args.seed, args.prose_source, args.n_story)
+                                                 args.seed, args.prose_source, args.n_story,
+                                                 args.n_task)
     target, tokenizer = load_target(args.target)
     if args.layer_ids is None:
         args.layer_ids = default_target_layer_ids(target.config.num_hidden_layers, 3)
