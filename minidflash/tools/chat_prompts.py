@@ -85,19 +85,25 @@ def math_prompts(n: int, seed: int = 0) -> list[dict]:
 
 def story_prompts(n: int, seed: int = 0) -> list[dict]:
     """n distinct multi-step word problems drawn from STORIES, in the math template."""
-    rng, seen, out = random.Random(seed + 600), set(), []
-    tries = 0
-    while len(out) < n:
+    rng = random.Random(seed + 600)
+
+    def draw():
         question, sample = rng.choice(STORIES)
         a, b, c = rng.sample(FIRST_NAMES, 3)
-        q = question.format(a=a, b=b, c=c, **sample(rng))
-        tries += 1
-        if tries > 50 * n + 1000:
-            raise ValueError(f"only {len(out)} distinct story problems found, {n} asked for")
-        if q not in seen:
-            seen.add(q)
-            out.append(user(q + MATH_SUFFIX, "story"))
-    return out
+        return question.format(a=a, b=b, c=c, **sample(rng)) + MATH_SUFFIX
+    return [user(q, "story") for q in _distinct(draw, n, "story problems")]
+
+
+def _distinct(draw, n: int, what: str) -> list[str]:
+    """The first n distinct results of draw(), in order; a clear error if draws run dry."""
+    seen = {}
+    for _ in range(50 * n + 1000):
+        if len(seen) == n:
+            break
+        seen.setdefault(draw(), None)
+    if len(seen) < n:
+        raise ValueError(f"only {len(seen)} distinct {what} found, {n} asked for")
+    return list(seen)
 
 
 @lru_cache(maxsize=1)
@@ -558,15 +564,11 @@ def _render_task(r) -> str:
 
 def task_prompts(n: int, seed: int = 0) -> list[dict]:
     """n distinct small function tasks from TASKS, in the HumanEval template."""
-    rng, seen, out = random.Random(seed + 700), set(), []
-    for _ in range(50 * n + 1000):
-        if len(out) == n:
-            return out
-        prompt = HUMANEVAL_TEMPLATE.format(prompt=_render_task(rng))
-        if prompt not in seen:
-            seen.add(prompt)
-            out.append(user(prompt, "task"))
-    raise ValueError(f"only {len(out)} distinct function tasks found, {n} asked for")
+    rng = random.Random(seed + 700)
+
+    def draw():
+        return HUMANEVAL_TEMPLATE.format(prompt=_render_task(rng))
+    return [user(q, "task") for q in _distinct(draw, n, "function tasks")]
 
 
 # --------------------------------------------------------------------------------------------
