@@ -28,7 +28,9 @@ Options beyond the paper (all off by default):
 - Layers copied from the target (``init_from_target``): the drafter's layers start as the
   target's last layers instead of at random (``init_from_target``); no public result either way.
 - Continuing a drafter (``init_drafter``): start from a saved drafter's weights (a fresh
-  optimizer and schedule), e.g. to go on with more data or another block size.
+  optimizer and schedule), e.g. to go on with more data or another block size, or to grow it:
+  with more layers than the saved one, the new layers go on top with their residual branches
+  zeroed, so the grown drafter starts out drafting exactly as the saved one.
 - bf16 matmuls (``compute_dtype="bfloat16"``): the drafter's forward and backward under
   ``torch.autocast``; weights, optimizer and loss stay fp32. On a CPU with AVX-512 bf16 or AMX
   a step takes about half the time.
@@ -263,18 +265,36 @@ def init_from_drafter(drafter: DFlashDrafter, path, target) -> dict:
 
     prior = load_drafter(path, target, draft_vocab=False)
     mine, theirs = drafter.config, prior.config
-    for key in ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads",
-                "num_key_value_heads"):
+    n_mine, n_theirs = mine.num_hidden_layers, theirs.num_hidden_layers
+    if n_mine < n_theirs:
+        raise ValueError(f"init_drafter {path}: its num_hidden_layers is {n_theirs}, this run's is "
+                         f"{n_mine}; a drafter can grow (more layers) but not shrink: train with "
+                         f"--num-layers {n_theirs} or more, or start from random.")
+    for key in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads"):
         if getattr(mine, key) != getattr(theirs, key):
             raise ValueError(f"init_drafter {path}: its {key} is {getattr(theirs, key)}, this run's "
-                             f"is {getattr(mine, key)}; train with the same shape (e.g. "
-                             f"--num-layers {theirs.num_hidden_layers}) or start from random.")
+                             f"is {getattr(mine, key)}; train with the same shape or start from "
+                             f"random.")
     if prior.target_layer_ids != drafter.target_layer_ids:
         raise ValueError(f"init_drafter {path} reads target layers {prior.target_layer_ids}, this "
                          f"run {drafter.target_layer_ids}: pass --target-layer-ids "
                          f"{','.join(map(str, prior.target_layer_ids))}.")
-    drafter.load_state_dict(prior.state_dict())
+    # Growing: the saved layers come first; each new one starts with its two residual branches
+    # closed (o_proj and down_proj zero), so it passes its input through unchanged and the grown
+    # drafter drafts exactly as the saved one did. Training opens them: the gradient reaches
+    # o_proj and down_proj at once, and the rest of the new layer from the next step on.
+    missing, unexpected = drafter.load_state_dict(prior.state_dict(), strict=False)
+    grown = tuple(f"layers.{i}." for i in range(n_theirs, n_mine))
+    if unexpected or not all(k.startswith(grown) for k in missing):
+        raise ValueError(f"init_drafter {path}: its tensors do not match this drafter's "
+                         f"(missing {missing[:3]}, unexpected {unexpected[:3]}).")
+    with torch.no_grad():
+        for layer in drafter.layers[n_theirs:]:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
     record = {"path": repo_relative(path), "answers_seen": 0}
+    if n_mine > n_theirs:
+        record["grown_from_layers"] = n_theirs
     run = Path(path, "training.json")
     if run.is_file():
         seen = json.loads(run.read_text())["info"]

@@ -377,12 +377,37 @@ def test_init_drafter_continues_a_saved_drafter(tmp_path):
     assert torch.load(tmp_path / "c1.ckpt" / "state.pt")["answers_before"] == 160
 
 
+def test_init_drafter_grows_a_saved_drafter(tmp_path):
+    """init_drafter with more layers: the saved layer comes first and the new ones start closed,
+    so the grown drafter's first loss is the saved one's to float precision (a new layer with an
+    open branch would change it); one step opens the branches, and the saved file has 3 layers."""
+    target, data = toy_training_data()
+    base = dict(block_size=8, anchors_per_seq=8, batch_size=4, lr=3e-3)
+    trainer.train(trainer.TrainConfig(num_layers=1, steps=30, eval_every=30,
+                                      out=str(tmp_path / "a"), **base),
+                  target, Tok(60), data, progress=False)
+
+    def one_step(layers):
+        cfg = trainer.TrainConfig(num_layers=layers, steps=1, out=str(tmp_path / f"g{layers}"),
+                                  init_drafter=str(tmp_path / "a"), **base)
+        return trainer.train(cfg, target, Tok(60), data, progress=False)
+    same, grown = one_step(1), one_step(3)
+    assert grown["history"]["loss"][0] == pytest.approx(same["history"]["loss"][0], rel=1e-5)
+    saved = grown["drafter"]
+    assert len(saved.layers) == 3
+    for layer in saved.layers[1:]:
+        assert layer.self_attn.o_proj.weight.abs().max() > 0
+        assert layer.mlp.down_proj.weight.abs().max() > 0
+    record = json.loads((tmp_path / "g3" / "training.json").read_text())["info"]["init_drafter"]
+    assert record["grown_from_layers"] == 1 and record["answers_seen"] == 120
+
+
 def test_init_drafter_rejects_another_shape(tmp_path):
     target, data = toy_training_data()
-    cfg = trainer.TrainConfig(num_layers=1, block_size=8, anchors_per_seq=8, steps=1, batch_size=2,
+    cfg = trainer.TrainConfig(num_layers=2, block_size=8, anchors_per_seq=8, steps=1, batch_size=2,
                               out=str(tmp_path / "a"))
     trainer.train(cfg, target, Tok(60), data, progress=False)
-    for wrong, message in (({"num_layers": 2}, "num_hidden_layers is 1"),
+    for wrong, message in (({"num_layers": 1}, "grow .* but not shrink"),
                            ({"num_features": 2}, "--target-layer-ids"),
                            ({"init_from_target": True}, "not both")):
         bad = trainer.TrainConfig(**{**cfg.__dict__, "out": str(tmp_path / "b"),
