@@ -118,7 +118,8 @@ def answer_features(target, folder, use_shards, layer_ids, topk=0, mine=None, pr
         cached.parent.mkdir(parents=True, exist_ok=True)
         torch.save(made, cached.with_suffix(".tmp"))
         cached.with_suffix(".tmp").replace(cached)
-        rows += made
+        del made    # read back mapped, as a cached shard is: dozens of shards outgrow the memory
+        rows += torch.load(cached, mmap=True)
     return rows
 
 
