@@ -42,7 +42,7 @@ def prompts(request):
         n_prose = min(6000, cp.prose_capacity(request.param) // 2)
         return cp.chat_training_prompts(n_math=6000, n_code=len(cp._code_heads()), n_prose=n_prose,
                                         seed=0, prose_source=request.param, n_story=6000,
-                                        n_task=3000)
+                                        n_task=3000, n_chain=3000)
     except (subprocess.CalledProcessError, OSError) as e:   # no PyPI: the sdists are not here
         pytest.skip(f"prose texts unavailable: {e}")
 
@@ -105,6 +105,31 @@ def test_stories_are_many_situations_in_the_math_template():
     assert not any(c in t.replace("\\boxed{}", "") for t in texts for c in "{}")
     mixed = cp.chat_training_prompts(20, 10, 10, seed=2, n_story=15)
     assert [r["kind"] for r in mixed].count("story") == 15
+
+
+def test_chains_are_gsm8k_shaped_and_read_well():
+    """Every chained situation is drawn, every field filled, the pronouns agree with the name,
+    and the mix takes them only when asked (without them it is what it always was)."""
+    rows = cp.chain_prompts(3000, seed=2)
+    assert rows == cp.chain_prompts(3000, seed=2) and rows != cp.chain_prompts(3000, seed=3)
+    texts = [text_of(r) for r in rows]
+    assert len(set(texts)) == 3000 and all(t.endswith(MATH_SUFFIX) for t in texts)
+    assert {r["kind"] for r in rows} == {"chain"}
+    for question, _ in cp.CHAINS:
+        words = max(re.split(r"\{[\w\[\]]+\}", question), key=len)
+        assert sum(words in t for t in texts) > 3000 / len(cp.CHAINS) / 3, question[:60]
+    assert not any(c in t.replace("\\boxed{}", "") for t in texts for c in "{}")
+    assert all(t[0].isupper() for t in texts)
+    for t in texts:                       # a name's pronoun: she for the names in SHE, he else
+        first = t.split()[0].split("'")[0]
+        if first in cp.FIRST_NAMES:
+            other = {" he ", " He ", " his ", " him"} if first in cp.SHE else {" she ", " She ", " her "}
+            mine = t.split(".")[0] + "." + ".".join(t.split(".")[1:3])
+            assert not any(w in mine for w in other), t[:120]
+    plain = cp.chat_training_prompts(20, 10, 10, seed=2)
+    mixed = cp.chat_training_prompts(20, 10, 10, seed=2, n_chain=15)
+    assert [r["kind"] for r in mixed].count("chain") == 15
+    assert [r for r in mixed if r["kind"] != "chain"] != [] and len(mixed) == len(plain) + 15
 
 
 # independent solutions of some tasks, to check the doctests the table writes
@@ -173,7 +198,7 @@ def test_the_kept_answers_are_answers_to_these_prompts():
         try:
             prompts = cp.chat_training_prompts(r["n_math"], r["n_code"], r["n_prose"], r["seed"],
                                                r["prose_source"], r.get("n_story", 0),
-                                               r.get("n_task", 0))
+                                               r.get("n_task", 0), r.get("n_chain", 0))
         except (subprocess.CalledProcessError, OSError) as e:   # no PyPI: no sdists here
             pytest.skip(f"prose texts unavailable: {e}")
         for s, shard in manifest["shards"].items():

@@ -10,6 +10,9 @@ items (``tests/test_chat_prompts.py`` checks it against every file in ``data/pro
 * ``story`` (optional, ``n_story``): longer multi-step word problems from many more situations
   (rates, percentages, fractions of what is left, ages, time, recipes, distances ...), written
   here as templates (``STORIES``), in the same template: GSM8K's variety without its items.
+* ``chain`` (optional, ``n_chain``): what GSM8K asks that ``STORIES`` does not: comparisons
+  chained through several people, working back from what is left, pronouns, numbers in words,
+  cents, units to convert, a percentage of a percentage, two offers compared (``CHAINS``).
 * ``task`` (optional, ``n_task``): small function tasks in HumanEval's shape (a typed
   signature, a docstring, doctests), written here as a table (``TASKS``: lists, strings,
   digits, numbers), each doctest's output computed by the task's own solution.
@@ -161,15 +164,18 @@ def prose_capacity(source: str = "texts") -> int:
 
 def chat_training_prompts(n_math: int = 2000, n_code: int = 1500, n_prose: int = 1500,
                           seed: int = 0, prose_source: str = "texts", n_story: int = 0,
-                          n_task: int = 0) -> list[dict]:
-    """The mix, shuffled with ``seed``: math, code, prose (story, task) prompts in the given
-    counts. Without stories and tasks the list is what it always was (kept answers stay valid)."""
+                          n_task: int = 0, n_chain: int = 0) -> list[dict]:
+    """The mix, shuffled with ``seed``: math, code, prose (story, task, chain) prompts in the
+    given counts. Without the optional kinds the list is what it always was (kept answers stay
+    valid)."""
     rows = (math_prompts(n_math, seed) + code_prompts(n_code, seed)
             + prose_prompts(n_prose, seed, prose_source))
     if n_story:
         rows += story_prompts(n_story, seed)
     if n_task:
         rows += task_prompts(n_task, seed)
+    if n_chain:
+        rows += chain_prompts(n_chain, seed)
     random.Random(seed).shuffle(rows)
     return rows
 
@@ -282,6 +288,424 @@ STORIES = [
      lambda r: dict(total=r.randint(2, 20) * 60,
                     **dict(zip(("num", "den"), r.choice([(1, 2), (2, 3), (3, 5), (1, 4)]))))),
 ]
+
+
+# --------------------------------------------------------------------------------------------
+# Chains: what GSM8K asks that STORIES never does. Comparisons chained through several people
+# ("5 fewer than 3 times as many"), working back from what is left, a person told of by
+# pronoun, numbers in words, cents and decimals, units to convert (yards, ounces, dozens), a
+# percentage of a percentage, weekly schedules, two offers compared. Written here, situation by
+# situation; the numbers are drawn so that every step comes out whole where it should.
+# --------------------------------------------------------------------------------------------
+
+SHE = {"Amara", "Hana", "Sofia", "Ingrid", "Lucia", "Priya", "Rosa", "Yuki", "Farah", "Imani",
+       "Keiko", "Nadia", "Paloma", "Selma", "Uma", "Wanda", "Yara", "Beatriz", "Dalia", "Freya"}
+NUMBER_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
+                "ten", "eleven", "twelve"]
+TIMES_WORDS = {2: "twice", 3: "three times", 4: "four times", 5: "five times"}
+FRACTION_WORDS = {2: "half", 3: "a third", 4: "a quarter", 5: "a fifth"}
+THINGS = ["marbles", "stickers", "seashells", "trading cards", "stamps", "comic books",
+          "baseball cards", "beads", "toy cars", "postcards"]
+FRUIT = ["apples", "peaches", "plums", "strawberries", "oranges", "pears", "lemons", "cherries"]
+ANIMALS = [("dog", "dogs"), ("cat", "cats"), ("goat", "goats"), ("rabbit", "rabbits"),
+           ("pig", "pigs"), ("horse", "horses"), ("sheep", "sheep"), ("duck", "ducks")]
+MONTHS = [("March", 31), ("April", 30), ("June", 30), ("July", 31), ("September", 30),
+          ("November", 30), ("February", 28)]
+
+
+def _say(r, n: int) -> str:
+    """A small number in digits or in words, as word problems mix them."""
+    return NUMBER_WORDS[n] if n < len(NUMBER_WORDS) and r.random() < 0.5 else str(n)
+
+
+def _cents(r, lo: int, hi: int) -> str:
+    """A price in dollars and cents, e.g. 1.25 or 0.80."""
+    return f"{r.randint(lo, hi) * 5 / 100:.2f}"
+
+
+def _working_back(r):
+    while True:
+        k, t, give = r.choice([2, 3, 4, 5]), r.randint(2, 12), r.randint(1, 9)
+        if (k - 1) * t > give and ((k - 1) * t - give) % 2 == 0:
+            return dict(many=r.choice(THINGS), part=FRACTION_WORDS[k], give=_say(r, give),
+                        left=((k - 1) * t - give) // 2)
+
+
+def _together(r):
+    times, one = r.randint(2, 9), r.randint(5, 400)
+    return dict(many=r.choice(THINGS), times=_say(r, times), total=one * (times + 1))
+
+
+def _fewer_than_times(r):
+    return dict(many=r.choice(THINGS), k=_say(r, r.randint(2, 9)),
+                more=r.choice(["fewer", "more"]), times=TIMES_WORDS[r.randint(2, 5)],
+                n=r.randint(8, 40), lost=_say(r, r.randint(1, 7)))
+
+
+def _per_minutes(r):
+    start, end = r.randint(7, 10), r.randint(1, 5)
+    return dict(job=r.choice(JOBS), pay=r.randint(2, 9), per=r.choice([10, 15, 20, 30]),
+                start=start, end=end, rest=r.choice([30, 45, 60]))
+
+
+def _ages(r):
+    b_more = r.randint(2, 12)
+    n = r.randint(6, 40)
+    if (n + b_more) % 2:
+        n += 1
+    return dict(n=n, more=b_more, years=r.randint(2, 15))
+
+
+def _habit(r):
+    word, _ = r.choice([("half as long", 0), ("twice as long", 0), ("a third as long", 0)])
+    return dict(hours=r.choice([2, 3, 4, 6]), how=word, act1=r.choice(
+        ["practising the piano", "playing soccer", "watching movies", "gardening", "painting"]),
+        act2=r.choice(["reading", "writing in a journal", "stretching", "doing puzzles"]),
+        times=_say(r, r.randint(2, 6)), weeks=r.randint(2, 8))
+
+
+def _loan(r):
+    return dict(asset=r.choice(["house", "shop", "boat", "farm"]),
+                value=r.randint(5, 90) * 5000, p1=r.choice([20, 25, 30, 40, 50]),
+                p2=r.choice([10, 20, 25, 40, 60, 75]),
+                use=r.choice(["pay off a debt", "fix the roof", "buy a truck", "pay for school"]))
+
+
+def _cents_discount(r):
+    n = r.randint(6, 30)
+    return dict(n=n, fruit=r.choice(FRUIT), c1=r.randint(20, 60), c2=r.randint(20, 60),
+                off=r.randint(1, 3), p=r.choice([5, 10, 15, 20]))
+
+
+def _change(r):
+    f1, f2, f3 = r.sample(FRUIT, 3)
+    return dict(n1=_say(r, r.randint(2, 8)), n2=_say(r, r.randint(2, 8)), n3=r.randint(2, 8),
+                f1=f1, f2=f2, f3=f3, p1=_cents(r, 10, 60), p2=_cents(r, 10, 60),
+                p3=_cents(r, 10, 60), bill=r.choice([20, 50]))
+
+
+def _yards(r):
+    yards = r.randint(2, 6)
+    return dict(room=r.choice(["bedroom", "kitchen", "studio", "garage"]),
+                area=3 * yards * r.randint(6, 20), yards=yards)
+
+
+def _boxes(r):
+    per = r.choice([4, 6, 8, 10, 12])
+    return dict(n=per * r.randint(5, 40), per=per, box=r.choice([4, 8, 12, 16]),
+                **dict(zip(("one", "ones"), r.choice([("jar of jam", "jars of jam"),
+                   ("candle", "candles"), ("book", "books"), ("bottle of juice", "bottles of juice")]))),
+                each=r.choice([1, 2, 4, 8]))
+
+
+def _doubles(r):
+    return dict(what=r.choice(["members of a chess club", "followers of a blog",
+                               "plants in a pond", "bees in a hive"]),
+                n=r.choice([5, 8, 10, 12, 20, 25]), months=r.randint(3, 6),
+                month=r.choice(["April", "May", "June", "July"]))
+
+
+def _paint(r):
+    return dict(walls=_say(r, r.randint(2, 6)), w=r.randint(6, 14), h=r.choice([8, 9, 10]),
+                cover=r.choice([20, 25, 40, 50]), cost=r.randint(8, 30))
+
+
+def _offers(r):
+    return dict(big=r.choice(["sofa", "piano", "used car", "laptop", "fridge"]),
+                d1=r.randint(2, 15) * 50, n1=r.randint(3, 12), m1=r.randint(5, 40) * 10,
+                d2=r.randint(2, 15) * 50, n2=r.randint(3, 12), m2=r.randint(5, 40) * 10)
+
+
+def _feeding(r):
+    (one1, many1), (one2, many2) = r.sample(ANIMALS, 2)
+    return dict(n1=_say(r, r.randint(2, 8)), many1=many1, one1=one1, f1=r.choice([1, 2, 3, 5, 1.5, 2.5]),
+                n2=_say(r, r.randint(2, 8)), many2=many2, one2=one2, f2=r.choice([1, 2, 4, 0.5]),
+                unit=r.choice(["pounds", "kilograms"]), days=r.choice([7, 10, 14, 30]))
+
+
+def _class_split(r):
+    h1, h2, h3, h4 = r.sample(["baking", "chess", "basketball", "drawing", "music", "video games",
+                               "swimming", "dancing"], 4)
+    x, y = r.randint(3, 15), r.randint(3, 15)
+    return dict(n=x + y + 3 * r.randint(3, 12), x=x, y=y, h1=h1, h2=h2, h3=h3, h4=h4)
+
+
+def _votes(r):
+    return dict(office=r.choice(["class president", "team captain", "club treasurer"]),
+                n=r.choice([100, 200, 300, 400, 500]), p=r.choice([10, 20, 25, 30]),
+                q=r.choice([20, 25, 50]))
+
+
+def _profit(r):
+    sell = r.randint(6, 20) * 10
+    return dict(n=r.randint(10, 40), k=r.randint(5, 20), many=r.choice(["cupcakes", "bookmarks",
+                "candy bars", "lemonades"]), sell=f"{sell / 100:.2f}",
+                cost=f"{r.randint(2, sell // 10 - 1) * 10 / 100:.2f}")
+
+
+def _shop_days(r):
+    d1, d2 = r.sample(["Monday", "Tuesday", "Wednesday", "Thursday", "Sunday"], 2)
+    return dict(shop=r.choice(["bike repair shop", "car wash", "bakery", "barber shop"]),
+                k=r.randint(3, 25), d1=d1, d2=d2, p=r.randint(4, 30), weeks=r.randint(2, 5))
+
+
+def _pets_month(r):
+    month, _ = r.choice(MONTHS)
+    return dict(n=_say(r, r.randint(2, 9)), pets=r.choice(["fish", "hamsters", "parrots",
+                "turtles"]), p=r.choice([1, 2, 3, 0.5, 1.5]), month=month)
+
+
+def _packs(r):
+    n = r.randint(5, 12)
+    return dict(n=_say(r, n), k=_say(r, r.randint(1, n - 1)), x=r.randint(4, 12),
+                y=r.randint(13, 24), things=r.choice(["crayons", "markers", "pencils", "stickers"]))
+
+
+def _rows(r):
+    return dict(event=r.choice(["sports day", "science fair", "spring concert", "parade"]),
+                schools=_say(r, r.randint(2, 8)), rows=r.randint(3, 10), per=r.randint(5, 12),
+                seats=r.choice([30, 40, 45, 50]))
+
+
+def _rides(r):
+    return dict(s1=r.randint(8, 20), t1=r.choice([1.5, 2, 2.5, 3, 3.5, 4.5]),
+                s2=r.randint(8, 20), t2=r.choice([1.5, 2, 2.5, 3, 3.5, 4.5]))
+
+
+def _course(r):
+    k, h, w = r.randint(2, 5), r.choice([1, 1.5, 2, 3]), r.randint(4, 10)
+    return dict(course=r.choice(["cooking", "pottery", "guitar", "woodworking"]), k=_say(r, k),
+                h=h, weeks=w, per=r.choice([0.5, 1, 1.5, 2, 3]))
+
+
+def _ratio(r):
+    r1, r2 = r.choice([(3, 2), (2, 1), (3, 1), (4, 3), (5, 3), (1, 4)])
+    return dict(total=(r1 + r2) * r.randint(5, 60), r1=r1, r2=r2, spend=r.randint(2, 20),
+                thing=r.choice(["a book", "a game", "lunch", "a gift"]))
+
+
+def _weekdays(r):
+    return dict(n=r.randint(10, 60), fruit=r.choice(FRUIT), times=TIMES_WORDS[r.randint(2, 4)],
+                fewer=r.randint(2, 9))
+
+
+def _bakery(r):
+    return dict(k=r.choice([10, 20, 30, 40, 50]), times=_say(r, r.randint(3, 9)),
+                n=r.randint(15, 90), many=r.choice(["loaves of bread", "bagels", "muffins"]))
+
+
+def _together_work(r):
+    r1 = 2 * r.randint(2, 8)
+    return dict(task=r.choice([("place", "puzzle pieces"), ("fold", "paper cranes"),
+                               ("plant", "tulip bulbs"), ("stack", "bricks")]),
+                r1=r1, how=r.choice(["half as many", "twice as many", "the same number of"]),
+                total=r1 * 3 * r.randint(5, 30))
+
+
+def _price_rise(r):
+    n = r.randint(5, 30)
+    return dict(n=n, items=r.choice(["balloons", "tickets", "roses", "notebooks"]),
+                total=n * r.randint(2, 40), up=r.randint(1, 10), m=r.randint(10, 200))
+
+
+def _growth(r):
+    return dict(club=r.choice(["chess club", "choir", "robotics team", "art class"]),
+                n=r.randint(2, 30) * 10, p=r.choice([10, 20, 25, 30, 40, 50]))
+
+
+def _weight(r):
+    return dict(how=r.choice(["lost", "gained"]), k=r.randint(2, 12), m=_say(r, r.randint(2, 6)),
+                w=r.randint(90, 220))
+
+
+def _commission(r):
+    tier = r.choice([500, 1000, 2000, 5000])
+    return dict(p1=r.choice([5, 10, 20, 30]), tier=tier, p2=r.choice([5, 10, 15]),
+                sold=tier + r.randint(1, 40) * 100)
+
+
+def _scores_game(r):
+    return dict(game=r.choice(["Scrabble", "a card game", "darts", "a quiz"]),
+                p1=r.randint(100, 300), p2=r.randint(100, 300), s1=r.randint(5, 40),
+                s2=r.randint(5, 40))
+
+
+def _trays(r):
+    per = r.choice([6, 8, 10, 12])
+    return dict(bag=r.choice(["sprinkles", "frosting", "chocolate chips"]), per=per,
+                n=_say(r, r.randint(2, 9)), tray=r.choice([6, 12, 24]),
+                many=r.choice(["cupcakes", "cookies", "brownies"]))
+
+
+def _daily_goal(r):
+    days, first = r.choice([30, 28, 31, 14, 10]), r.randint(3, 9)
+    return dict(goal=r.randint(10, 150) * 10, days=days, first=first, s1=r.randint(2, 20))
+
+
+def _tank(r):
+    k1, k2 = r.choice([(5, 3), (4, 2), (3, 3), (5, 2), (2, 2)])
+    return dict(n=k1 * k2 * r.randint(2, 12), part=FRACTION_WORDS[k1], part2=FRACTION_WORDS[k2],
+                fish=r.choice(["jellyfish", "goldfish", "guppies"]),
+                color=r.choice(["striped", "spotted", "glowing"]))
+
+
+def _bus(r):
+    return dict(x=r.randint(2, 12), y=r.randint(2, 9), z=r.randint(2, 12), n=r.randint(15, 40))
+
+
+def _cookies(r):
+    c1, c2 = r.sample(["oatmeal", "chocolate chip", "sugar", "ginger", "peanut butter"], 2)
+    return dict(x=r.randint(5, 15), y=r.randint(5, 15), c1=c1, c2=c2, e=_say(r, r.randint(1, 3)),
+                g=_say(r, r.randint(1, 4)), k=r.randint(4, 24))
+
+
+def _raise(r):
+    return dict(x=r.randint(5, 60) * 10, d1=r.randint(2, 40) * 10, m=TIMES_WORDS[r.randint(2, 3)],
+                cause=r.choice(["the school trip", "a new playground", "the animal shelter"]))
+
+
+def _lift(r):
+    return dict(w=r.choice([8, 10, 12, 20, 25, 40]), p=r.choice([20, 25, 50]),
+                d=r.randint(2, 5))
+
+
+def _shipping(r):
+    return dict(thing=r.choice(["pair of boots", "lamp", "board game", "backpack"]),
+                p1=r.randint(10, 60), s1=r.randint(2, 9), p2=r.randint(8, 55),
+                m=TIMES_WORDS[r.randint(2, 3)])
+
+
+def _repair(r):
+    return dict(device=r.choice(["car", "washing machine", "bike", "laptop"]),
+                p=r.randint(4, 40) * 10, off=r.choice([20, 25, 50, 75, 80]),
+                rate=r.randint(3, 12) * 5, h=_say(r, r.randint(1, 5)))
+
+
+def _dozens(r):
+    return dict(d=_say(r, r.randint(2, 10)), many=r.choice(["eggs", "roses", "donuts", "cookies"]),
+                price=_cents(r, 4, 30), kept=r.randint(1, 11))
+
+
+# (question with {a}, {b}, {c} for three first names and {he}, {He}, {his}, {him} for the
+# first one's pronouns; the sampler of its other fields)
+CHAINS = [
+    ("{a} had some {many}. {He} gave {part} of them to {b}, then {give} more to {c}, and half "
+     "of what was left to {his} cousin. Now {he} has {left} {many}. How many {many} did {a} "
+     "have at first?", _working_back),
+    ("{a} and {b} have {total} {many} between them. {a} has {times} times as many as {b}. How "
+     "many {many} does each of them have?", _together),
+    ("{b} has {k} {more} than {times} as many {many} as {a}. {a} had {n} {many} but lost "
+     "{lost} of them just before they counted. How many {many} does {b} have?", _fewer_than_times),
+    ("{a} earns ${pay} for every {per} minutes of {job}. {He} works from {start} a.m. to {end} "
+     "p.m. and takes a {rest}-minute break in the middle. How much money does {he} earn?",
+     _per_minutes),
+    ("{a} is {n} years old. {b} is {more} years older than {a}, and {c} is half as old as {b}. "
+     "How old will {c} be in {years} years?", _ages),
+    ("{a} spends {hours} hours {act1}, and then {how} {act2}. {He} does this {times} times a "
+     "week. How many hours does {he} spend on both in {weeks} weeks?", _habit),
+    ("{a}'s {asset} is worth ${value}. {He} takes a loan of {p1}% of its value and uses {p2}% "
+     "of the loan to {use}. How much of the loan does {he} have left?", _loan),
+    ("{a} bought {n} {fruit} for {c1} cents each and got a ${off} discount. {b} bought {n} "
+     "{fruit} for {c2} cents each and got a {p}% discount. Who paid more, and how much more?",
+     _cents_discount),
+    ("{a} buys {n1} {f1} at ${p1} each, {n2} {f2} at ${p2} each and {n3} {f3} at ${p3} each. "
+     "If {he} pays with a ${bill} bill, how much change does {he} get?", _change),
+    ("{a}'s {room} is a rectangle with an area of {area} square feet. One side is {yards} yards "
+     "long. What is the perimeter of the {room} in feet?", _yards),
+    ("{a} packs {n} {ones} into boxes of {per}. An empty box weighs {box} ounces and each {one} "
+     "weighs {each} ounces. How many pounds do all the full boxes weigh?", _boxes),
+    ("The number of {what} doubles at the end of every month. There were {n} at the start of "
+     "the year. How many more were there at the end of {month} than at the start?", _doubles),
+    ("{a} is painting {walls} walls that are each {w} feet wide and {h} feet tall. A can of paint "
+     "covers {cover} square feet and costs ${cost}. How much does {a} spend on paint?", _paint),
+    ("{a} wants a {big}. One store asks ${d1} now and {n1} monthly payments of ${m1}. Another "
+     "asks ${d2} now and {n2} monthly payments of ${m2}. Which offer is cheaper, and by how "
+     "much?", _offers),
+    ("{a} keeps {n1} {many1} and {n2} {many2}. Each {one1} eats {f1} {unit} of food a day and "
+     "each {one2} eats {f2} {unit}. How many {unit} of food do they eat in {days} days?", _feeding),
+    ("In a class of {n} students, {x} like {h1} best, {y} like {h2} best, and the rest like "
+     "either {h3} or {h4}. Twice as many like {h3} as like {h4}. How many students like {h3} "
+     "best?", _class_split),
+    ("In the election for {office}, {a} got {p}% of the {n} votes, and {b} got {q}% more votes "
+     "than {a}. {c} got the rest. How many votes did {c} get?", _votes),
+    ("Each of the {n} members of a club sold {k} {many} for ${sell} each. The club had bought "
+     "them for ${cost} each. How much profit did the club make?", _profit),
+    ("{a} runs a {shop} and serves {k} customers a day. It is open every day of the week except "
+     "{d1} and {d2}. Each customer pays ${p}. How much does {a} make in {weeks} weeks?",
+     _shop_days),
+    ("{a} has {n} {pets}. Each one needs ${p} worth of food a day. How much does {he} spend on "
+     "food for them in {month}?", _pets_month),
+    ("{a} bought {n} packs of {things}. {k} of the packs had {x} {things} each, and the others "
+     "had {y} each. How many {things} did {a} buy in all?", _packs),
+    ("For the {event}, {schools} schools each send {rows} rows of {per} students. How many "
+     "students come, and how many buses with {seats} seats are needed to bring them?", _rows),
+    ("{a} biked at {s1} miles per hour for {t1} hours. {b} biked at {s2} miles per hour for {t2} "
+     "hours. How many miles did they bike in total, and who biked farther?", _rides),
+    ("{a} takes a {course} class that meets {k} times a week for {h} hours each time, for "
+     "{weeks} weeks. If {he} learns a new skill for every {per} hours of class, how many skills "
+     "does {he} learn?", _course),
+    ("{a} and {b} share ${total} in the ratio {r1}:{r2}. {a} then spends ${spend} on {thing}. "
+     "How much money does {a} have left?", _ratio),
+    ("On Monday {a} picked {n} {fruit}. On Tuesday and on Wednesday {he} picked {times} as many "
+     "as on Monday. On Thursday {he} picked {fewer} fewer than on Monday. How many {fruit} did "
+     "{he} pick in the four days?", _weekdays),
+    ("A bakery has {k} fewer than {times} times as many {many} as {a} baked on Saturday. If {a} "
+     "baked {n} {many}, how many {many} does the bakery have?", _bakery),
+    ("{a} can {task[0]} {r1} {task[1]} a minute, and {b} can {task[0]} {how} a minute. Working "
+     "together, how many minutes do they take to {task[0]} {total} {task[1]}?", _together_work),
+    ("Last month {n} {items} cost ${total} altogether. This month the price of each went up by "
+     "${up}. How much does {a} pay for {m} {items} now?", _price_rise),
+    ("Last year {n} people joined the {club}. This year {p}% more people joined than last year. "
+     "How many joined in the two years together?", _growth),
+    ("{a} {how} {k} pounds a month for {m} months and now weighs {w} pounds. How much did {he} "
+     "weigh at the start?", _weight),
+    ("{a} earns a {p1}% commission on the first ${tier} of sales and an extra {p2}% on sales "
+     "above ${tier}. This month {he} sold ${sold} worth of goods. How much commission did {he} "
+     "earn?", _commission),
+    ("In {game}, {a} has {p1} points and {b} has {p2} points. On the next turn {a} scores {s1} "
+     "and {b} scores {s2}. Who is ahead now, and by how many points?", _scores_game),
+    ("Each jar of {bag} is enough for {per} {many}. {a} has {n} jars and wants to use them all. "
+     "If a tray holds {tray} {many}, how many trays of {many} should {he} bake?", _trays),
+    ("{a} wants to save ${goal} in {days} days. For the first {first} days {he} saves ${s1} a "
+     "day. How much must {he} save each day for the rest of the days?", _daily_goal),
+    ("A tank holds {n} {fish}, and {part} of them are large. Of the large ones, {part2} are "
+     "{color}. How many large {fish} are not {color}?", _tank),
+    ("Some people got on a bus at the station. At the first stop {x} more got on. At the second "
+     "stop {y} got off and {z} got on. Now there are {n} people on the bus. How many got on at "
+     "the station?", _bus),
+    ("{a} has {x} {c1} cookies and {y} {c2} cookies. {He} eats {e} of each kind, gives {g} {c2} "
+     "cookies to {b}, and then bakes {k} more {c1} cookies. How many cookies does {he} have "
+     "now?", _cookies),
+    ("To raise money for {cause}, {a} raised ${x}. {b} raised ${d1} more than {a}, and {c} "
+     "raised {m} as much as {b}. How much did the three of them raise in total?", _raise),
+    ("{a} has been lifting a {w}-pound weight. {He} makes it {p}% heavier, but that is too "
+     "heavy, so {he} uses one {d} pounds lighter than that. What weight does {he} use now?",
+     _lift),
+    ("A {thing} costs ${p1} on one website, plus ${s1} shipping. Another website sells it for "
+     "${p2}, but its shipping costs {m} as much. Which website is cheaper in total, and by how "
+     "much?", _shipping),
+    ("{a}'s {device} breaks and needs a new part. The part costs ${p}, but {he} finds one for "
+     "{off}% off. A mechanic charges ${rate} an hour and takes {h} hours to fit it. How much "
+     "does {a} spend in all?", _repair),
+    ("{a} buys {d} dozen {many} at ${price} each and keeps {kept} of them for {him}self. {He} "
+     "gives the rest to {b} and {c} equally. How many does each of them get, and how much did "
+     "{a} spend?", _dozens),
+]
+
+
+def chain_prompts(n: int, seed: int = 0) -> list[dict]:
+    """n distinct chained word problems drawn from CHAINS, in the math template."""
+    rng = random.Random(seed + 700)
+
+    def draw():
+        question, sample = rng.choice(CHAINS)
+        a, b, c = rng.sample(FIRST_NAMES, 3)
+        she = a in SHE
+        words = dict(he="she" if she else "he", He="She" if she else "He",
+                     his="her" if she else "his", him="her" if she else "him")
+        text = question.format(a=a, b=b, c=c, **words, **sample(rng))
+        return text[0].upper() + text[1:] + MATH_SUFFIX
+    return [user(q, "chain") for q in _distinct(draw, n, "chained problems")]
 
 
 # --------------------------------------------------------------------------------------------
