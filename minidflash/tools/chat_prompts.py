@@ -88,13 +88,26 @@ def math_prompts(n: int, seed: int = 0) -> list[dict]:
 
 def story_prompts(n: int, seed: int = 0) -> list[dict]:
     """n distinct multi-step word problems drawn from STORIES, in the math template."""
-    rng = random.Random(seed + 600)
+    return _word_problems(STORIES, n, random.Random(seed + 600), "story")
 
+
+def chain_prompts(n: int, seed: int = 0) -> list[dict]:
+    """n distinct chained word problems drawn from CHAINS, in the math template."""
+    return _word_problems(CHAINS, n, random.Random(seed + 700), "chain")
+
+
+def _word_problems(table, n: int, rng: random.Random, kind: str) -> list[dict]:
+    """n distinct problems of a (question, sampler) table: three first names, the first one's
+    pronouns ({he}, {He}, {his}, {him}; a question need not use them), the sampler's numbers."""
     def draw():
-        question, sample = rng.choice(STORIES)
+        question, sample = rng.choice(table)
         a, b, c = rng.sample(FIRST_NAMES, 3)
-        return question.format(a=a, b=b, c=c, **sample(rng)) + MATH_SUFFIX
-    return [user(q, "story") for q in _distinct(draw, n, "story problems")]
+        she = a in SHE
+        pronouns = dict(he="she" if she else "he", He="She" if she else "He",
+                        his="her" if she else "his", him="her" if she else "him")
+        text = question.format(a=a, b=b, c=c, **pronouns, **sample(rng))
+        return text[0].upper() + text[1:] + MATH_SUFFIX
+    return [user(q, kind) for q in _distinct(draw, n, f"{kind} problems")]
 
 
 def _distinct(draw, n: int, what: str) -> list[str]:
@@ -357,8 +370,8 @@ def _ages(r):
 
 
 def _habit(r):
-    word, _ = r.choice([("half as long", 0), ("twice as long", 0), ("a third as long", 0)])
-    return dict(hours=r.choice([2, 3, 4, 6]), how=word, act1=r.choice(
+    how = r.choice(["half as long", "twice as long", "a third as long"])
+    return dict(hours=r.choice([2, 3, 4, 6]), how=how, act1=r.choice(
         ["practising the piano", "playing soccer", "watching movies", "gardening", "painting"]),
         act2=r.choice(["reading", "writing in a journal", "stretching", "doing puzzles"]),
         times=_say(r, r.randint(2, 6)), weeks=r.randint(2, 8))
@@ -418,8 +431,9 @@ def _offers(r):
 
 def _feeding(r):
     (one1, many1), (one2, many2) = r.sample(ANIMALS, 2)
-    return dict(n1=_say(r, r.randint(2, 8)), many1=many1, one1=one1, f1=r.choice([1, 2, 3, 5, 1.5, 2.5]),
-                n2=_say(r, r.randint(2, 8)), many2=many2, one2=one2, f2=r.choice([1, 2, 4, 0.5]),
+    return dict(n1=_say(r, r.randint(2, 8)), many1=many1, one1=one1,
+                f1=r.choice([1, 2, 3, 5, 1.5, 2.5]), n2=_say(r, r.randint(2, 8)), many2=many2,
+                one2=one2, f2=r.choice([1, 2, 4, 0.5]),
                 unit=r.choice(["pounds", "kilograms"]), days=r.choice([7, 10, 14, 30]))
 
 
@@ -692,20 +706,6 @@ CHAINS = [
      "{a} spend?", _dozens),
 ]
 
-
-def chain_prompts(n: int, seed: int = 0) -> list[dict]:
-    """n distinct chained word problems drawn from CHAINS, in the math template."""
-    rng = random.Random(seed + 700)
-
-    def draw():
-        question, sample = rng.choice(CHAINS)
-        a, b, c = rng.sample(FIRST_NAMES, 3)
-        she = a in SHE
-        words = dict(he="she" if she else "he", He="She" if she else "He",
-                     his="her" if she else "his", him="her" if she else "him")
-        text = question.format(a=a, b=b, c=c, **words, **sample(rng))
-        return text[0].upper() + text[1:] + MATH_SUFFIX
-    return [user(q, "chain") for q in _distinct(draw, n, "chained problems")]
 
 
 # --------------------------------------------------------------------------------------------
