@@ -124,7 +124,7 @@ def test_chains_are_gsm8k_shaped_and_read_well():
         first = t.split()[0].split("'")[0]
         if first in cp.FIRST_NAMES:
             other = {" he ", " He ", " his ", " him"} if first in cp.SHE else {" she ", " She ", " her "}
-            mine = t.split(".")[0] + "." + ".".join(t.split(".")[1:3])
+            mine = ".".join(t.split(".")[:3])          # the first sentences, about the name
             assert not any(w in mine for w in other), t[:120]
     plain = cp.chat_training_prompts(20, 10, 10, seed=2)
     mixed = cp.chat_training_prompts(20, 10, 10, seed=2, n_chain=15)
