@@ -175,6 +175,15 @@ def test_train_reads_several_answer_folders_in_order(tmp_path, monkeypatch):
     assert all("features" in d for d in seen["data"])
     train_drafter.main(argv + ["--use-shards", "2"])
     assert [len(d["ids"]) for d in seen["data"]] == [60, 80, 70, 65]
+    # a folder named twice weighs double; its features are made once (the cache serves the rest)
+    calls = []
+    real = trainer.feature_pass
+    monkeypatch.setattr(train_drafter, "feature_pass", lambda *a, **k: calls.append(1) or real(*a, **k))
+    train_drafter.main(["--target", "data/target", "--answers", folders[1], folders[0], folders[1],
+                        "--features", "offline", "--target-layer-ids", "0,2,4",
+                        "--out", str(tmp_path / "d")])
+    assert [len(d["ids"]) for d in seen["data"]] == [90, 75, 85, 60, 80, 70, 65, 90, 75, 85]
+    assert len(calls) == 3 and all("features" in d for d in seen["data"])
 
 def test_torch_answers_are_each_prompts_own_greedy_answer():
     """The batched decode (rows of different lengths, finished rows leaving) gives every prompt

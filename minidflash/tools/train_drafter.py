@@ -175,7 +175,8 @@ def config_parser(prog: str, description: str) -> argparse.ArgumentParser:
     p.add_argument("--answers", nargs="+", default=None,
                    help="train on answers kept as token ids in this folder, or these folders "
                         "(`python -m minidflash answers`) instead of regenerating (chat target); "
-                        "--use-shards applies to their shards in order")
+                        "--use-shards applies to their shards in order; a folder named twice is "
+                        "read twice (its answers weigh double in the mix)")
     p.add_argument("--feature-dtype", choices=["float32", "bfloat16"], default="float32",
                    help="with --answers and offline features: the dtype of the target's "
                         "teacher-forced feature pass (bfloat16: faster on a CPU, ~1%% off)")
@@ -258,7 +259,8 @@ def main(argv=None) -> dict:
 
     rank, world = distributed(target)       # (0, 1) unless run by torchrun
     if target_name is not None and world > 1:   # every rank regenerates its shards, then all
-        data_for(progress=rank == 0, mine=shards[rank::world])
+        distinct = list(dict.fromkeys(shards))   # a folder named twice: its features made once
+        data_for(progress=rank == 0, mine=distinct[rank::world])
         torch.distributed.barrier()
         data = data_for(progress=False, mine=shards)
     else:
