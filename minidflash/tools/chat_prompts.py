@@ -707,7 +707,6 @@ CHAINS = [
 ]
 
 
-
 # --------------------------------------------------------------------------------------------
 # Small function tasks: HumanEval's shape (a typed signature, a docstring, doctests) written
 # here, each example's output computed by a reference solution, so the doctests are right
