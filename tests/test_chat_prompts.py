@@ -42,7 +42,7 @@ def prompts(request):
         n_prose = min(6000, cp.prose_capacity(request.param) // 2)
         return cp.chat_training_prompts(n_math=6000, n_code=len(cp._code_heads()), n_prose=n_prose,
                                         seed=0, prose_source=request.param, n_story=6000,
-                                        n_task=3000, n_chain=3000)
+                                        n_task=3000, n_chain=3000, n_symbolic=3000)
     except (subprocess.CalledProcessError, OSError) as e:   # no PyPI: the sdists are not here
         pytest.skip(f"prose texts unavailable: {e}")
 
@@ -132,6 +132,42 @@ def test_chains_are_gsm8k_shaped_and_read_well():
     assert [r for r in mixed if r["kind"] != "chain"] != [] and len(mixed) == len(plain) + 15
 
 
+def words_of(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z]+", body(text).lower()) if len(w) > 3}
+
+
+def test_symbolic_problems_never_take_a_gsm8k_suite_problem_s_template(monkeypatch):
+    """GSM-Symbolic's templates are GSM8K test problems with names and numbers to redraw, so a
+    redrawn one is not an exact match of a suite item and the checks above cannot see it. By
+    their words: a generator made from one of our suite's items shares more than 40% of its
+    words (the six in GSM_SYMBOLIC_HELD: 50-82%); the others at most 33%."""
+    try:
+        generators = cp.gsm_symbolic_generators()
+    except (subprocess.CalledProcessError, OSError) as e:   # no PyPI: the sdist is not here
+        pytest.skip(f"reasoning-gym's sdist unavailable: {e}")
+    suite = [words_of(text_of(e)) for e in read_jsonl(PROMPTS_DIR / "gsm8k.jsonl")]
+
+    def closest(question):
+        mine = words_of(question)
+        return max(len(mine & s) / len(mine | s) for s in suite)
+
+    rows = cp.symbolic_prompts(3000, seed=4)
+    assert rows == cp.symbolic_prompts(3000, seed=4) and rows != cp.symbolic_prompts(3000, seed=5)
+    texts = [text_of(r) for r in rows]
+    assert len(set(texts)) == 3000 and all(t.endswith(MATH_SUFFIX) for t in texts)
+    assert {r["kind"] for r in rows} == {"symbolic"} and len(generators) == 79
+    assert max(closest(t) for t in texts) < 0.4
+    import random
+    held = cp.GSM_SYMBOLIC_HELD
+    monkeypatch.setattr(cp, "GSM_SYMBOLIC_HELD", ())
+    every = cp.gsm_symbolic_generators.__wrapped__()    # uncached: the held ones included
+    rng = random.Random(0)
+    for k in held:
+        assert max(closest(every[k](rng, 1.0)["question"]) for _ in range(5)) > 0.4, k
+    mixed = cp.chat_training_prompts(20, 10, 10, seed=2, n_symbolic=15)
+    assert [r["kind"] for r in mixed].count("symbolic") == 15
+
+
 # independent solutions of some tasks, to check the doctests the table writes
 CHECK = {
     "running_sum": lambda xs: [sum(xs[:i + 1]) for i in range(len(xs))],
@@ -198,7 +234,8 @@ def test_the_kept_answers_are_answers_to_these_prompts():
         try:
             prompts = cp.chat_training_prompts(r["n_math"], r["n_code"], r["n_prose"], r["seed"],
                                                r["prose_source"], r.get("n_story", 0),
-                                               r.get("n_task", 0), r.get("n_chain", 0))
+                                               r.get("n_task", 0), r.get("n_chain", 0),
+                                               r.get("n_symbolic", 0))
         except (subprocess.CalledProcessError, OSError) as e:   # no PyPI: no sdists here
             pytest.skip(f"prose texts unavailable: {e}")
         for s, shard in manifest["shards"].items():

@@ -293,6 +293,9 @@ def main(argv=None) -> dict:
     p.add_argument("--n-chain", type=int, default=0,
                    help="chained word problems closer to GSM8K's (chat_prompts.CHAINS), e.g. a "
                         "folder made with --n-math 0 --n-code 0 --n-prose 0 --n-chain 3000")
+    p.add_argument("--n-symbolic", type=int, default=0,
+                   help="GSM-Symbolic problems, GSM8K's wording with names and numbers redrawn "
+                        "(chat_prompts.symbolic_prompts; reads reasoning-gym's sdist)")
     p.add_argument("--prose-source", choices=["texts", "docstrings"], default="texts")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--shards", type=int, default=24, help="interleaved shards of the prompts")
@@ -344,6 +347,8 @@ def main(argv=None) -> dict:
         recipe["n_task"] = args.n_task
     if args.n_chain:
         recipe["n_chain"] = args.n_chain
+    if args.n_symbolic:
+        recipe["n_symbolic"] = args.n_symbolic
     manifest = {"recipe": recipe, "shards": {}}
     if (out / MANIFEST).is_file():
         manifest = json.loads((out / MANIFEST).read_text())
@@ -352,7 +357,7 @@ def main(argv=None) -> dict:
                              f"use those options or another --out.")
     prompts = chat_prompts.chat_training_prompts(args.n_math, args.n_code, args.n_prose,
                                                  args.seed, args.prose_source, args.n_story,
-                                                 args.n_task, args.n_chain)
+                                                 args.n_task, args.n_chain, args.n_symbolic)
     target, tokenizer = load_target(args.target)
     if args.layer_ids is None:
         args.layer_ids = default_target_layer_ids(target.config.num_hidden_layers, 3)

