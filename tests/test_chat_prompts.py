@@ -42,7 +42,8 @@ def prompts(request):
         n_prose = min(6000, cp.prose_capacity(request.param) // 2)
         return cp.chat_training_prompts(n_math=6000, n_code=len(cp._code_heads()), n_prose=n_prose,
                                         seed=0, prose_source=request.param, n_story=6000,
-                                        n_task=3000, n_chain=3000, n_symbolic=3000)
+                                        n_task=3000, n_chain=3000, n_symbolic=3000,
+                                        n_wide=3000)
     except (subprocess.CalledProcessError, OSError) as e:   # no PyPI: the sdists are not here
         pytest.skip(f"prose texts unavailable: {e}")
 
@@ -235,11 +236,36 @@ def test_the_kept_answers_are_answers_to_these_prompts():
             prompts = cp.chat_training_prompts(r["n_math"], r["n_code"], r["n_prose"], r["seed"],
                                                r["prose_source"], r.get("n_story", 0),
                                                r.get("n_task", 0), r.get("n_chain", 0),
-                                               r.get("n_symbolic", 0))
+                                               r.get("n_symbolic", 0), r.get("n_wide", 0))
         except (subprocess.CalledProcessError, OSError) as e:   # no PyPI: no sdists here
             pytest.skip(f"prose texts unavailable: {e}")
         for s, shard in manifest["shards"].items():
             assert answers.prompts_key(prompts[int(s)::r["shards"]]) == shard["prompts_key"], (path, s)
+
+
+def test_wide_problems_name_things_and_people_from_the_long_lists():
+    """The wide kind is the story and chain templates with every short list swapped for its
+    long one: its names are all from WIDE_NAMES, with pronouns that agree, and about half its
+    problems name a thing no short list has."""
+    rows = cp.wide_prompts(3000, seed=8)
+    assert rows == cp.wide_prompts(3000, seed=8) and rows != cp.wide_prompts(3000, seed=9)
+    assert {r["kind"] for r in rows} == {"wide"} and len({text_of(r) for r in rows}) == 3000
+    texts = [text_of(r) for r in rows]
+    words = [set(re.findall(r"[A-Za-z']+", t)) for t in texts]
+    assert not any(w & set(cp.FIRST_NAMES) for w in words)       # no short-list name is left
+    assert sum(bool(w & set(cp.WIDE_NAMES)) for w in words) > 0.95 * len(rows)
+    short = {m for _, m in cp.GOODS} | set(cp.THINGS) | set(cp.FRUIT) | {m for _, m in cp.ANIMALS}
+    long = ({m for _, m in cp.WIDE_GOODS} | set(cp.WIDE_THINGS) | set(cp.WIDE_FRUIT)
+            | {m for _, m in cp.WIDE_ANIMALS}) - short
+    named = sum(any(re.search(rf"\b{re.escape(m)}\b", t) for m in long) for t in texts)
+    assert 0.4 * len(rows) < named < 0.7 * len(rows), named
+    for t in texts:                    # the first person named is the one {he} stands for
+        first = min((m.start(), m.group()) for m in re.finditer(r"[A-Z][a-z]+", t)
+                    if m.group() in cp.WIDE_NAMES)[1]
+        if re.search(r"\b([Hh]e|[Ss]he)\b", t):
+            assert bool(re.search(r"\b[Ss]he\b", t)) == (first in cp.WIDE_SHE), t
+    mixed = cp.chat_training_prompts(20, 10, 10, seed=2, n_wide=15)
+    assert [r["kind"] for r in mixed].count("wide") == 15
 
 
 def test_math_and_code_match_the_suites_templates():

@@ -296,6 +296,9 @@ def main(argv=None) -> dict:
     p.add_argument("--n-symbolic", type=int, default=0,
                    help="GSM-Symbolic problems, GSM8K's wording with names and numbers redrawn "
                         "(chat_prompts.symbolic_prompts; reads reasoning-gym's sdist)")
+    p.add_argument("--n-wide", type=int, default=0,
+                   help="the story and chain templates with their things and names drawn from "
+                        "long lists (chat_prompts.wide_prompts)")
     p.add_argument("--prose-source", choices=["texts", "docstrings"], default="texts")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--shards", type=int, default=24, help="interleaved shards of the prompts")
@@ -349,6 +352,8 @@ def main(argv=None) -> dict:
         recipe["n_chain"] = args.n_chain
     if args.n_symbolic:
         recipe["n_symbolic"] = args.n_symbolic
+    if args.n_wide:
+        recipe["n_wide"] = args.n_wide
     manifest = {"recipe": recipe, "shards": {}}
     if (out / MANIFEST).is_file():
         manifest = json.loads((out / MANIFEST).read_text())
@@ -357,7 +362,8 @@ def main(argv=None) -> dict:
                              f"use those options or another --out.")
     prompts = chat_prompts.chat_training_prompts(args.n_math, args.n_code, args.n_prose,
                                                  args.seed, args.prose_source, args.n_story,
-                                                 args.n_task, args.n_chain, args.n_symbolic)
+                                                 args.n_task, args.n_chain, args.n_symbolic,
+                                                 args.n_wide)
     target, tokenizer = load_target(args.target)
     if args.layer_ids is None:
         args.layer_ids = default_target_layer_ids(target.config.num_hidden_layers, 3)

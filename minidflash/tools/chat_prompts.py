@@ -19,6 +19,9 @@ items (``tests/test_chat_prompts.py`` checks it against every file in ``data/pro
   Python (``gsm_symbolic``), read here out of its sdist (fetched once like the texts below;
   never installed). The ones its authors list as working are used, less the six made from
   items of our GSM8K suite (``GSM_SYMBOLIC_HELD``; the test finds them by their words).
+* ``wide`` (optional, ``n_wide``): the ``story`` and ``chain`` templates with their things,
+  foods, animals, jobs, places and names drawn from long lists (``WIDE``): GSM8K's answers
+  repeat whatever the question names, and a short list teaches a drafter only its own words.
 * ``task`` (optional, ``n_task``): small function tasks in HumanEval's shape (a typed
   signature, a docstring, doctests), written here as a table (``TASKS``: lists, strings,
   digits, numbers), each doctest's output computed by the task's own solution.
@@ -153,7 +156,7 @@ def _word_problems(table, n: int, rng: random.Random, kind: str) -> list[dict]:
     def draw():
         question, sample = rng.choice(table)
         a, b, c = rng.sample(FIRST_NAMES, 3)
-        she = a in SHE
+        she = a in SHE or a in WIDE_SHE
         pronouns = dict(he="she" if she else "he", He="She" if she else "He",
                         his="her" if she else "his", him="her" if she else "him")
         text = question.format(a=a, b=b, c=c, **pronouns, **sample(rng))
@@ -228,8 +231,9 @@ def prose_capacity(source: str = "texts") -> int:
 
 def chat_training_prompts(n_math: int = 2000, n_code: int = 1500, n_prose: int = 1500,
                           seed: int = 0, prose_source: str = "texts", n_story: int = 0,
-                          n_task: int = 0, n_chain: int = 0, n_symbolic: int = 0) -> list[dict]:
-    """The mix, shuffled with ``seed``: math, code, prose (story, task, chain, symbolic) prompts in the
+                          n_task: int = 0, n_chain: int = 0, n_symbolic: int = 0,
+                          n_wide: int = 0) -> list[dict]:
+    """The mix, shuffled with ``seed``: math, code, prose (story, task, chain, symbolic, wide) prompts in the
     given counts. Without the optional kinds the list is what it always was (kept answers stay
     valid)."""
     rows = (math_prompts(n_math, seed) + code_prompts(n_code, seed)
@@ -242,6 +246,8 @@ def chat_training_prompts(n_math: int = 2000, n_code: int = 1500, n_prose: int =
         rows += chain_prompts(n_chain, seed)
     if n_symbolic:
         rows += symbolic_prompts(n_symbolic, seed)
+    if n_wide:
+        rows += wide_prompts(n_wide, seed)
     random.Random(seed).shuffle(rows)
     return rows
 
@@ -758,6 +764,179 @@ CHAINS = [
      "gives the rest to {b} and {c} equally. How many does each of them get, and how much did "
      "{a} spend?", _dozens),
 ]
+
+
+# --------------------------------------------------------------------------------------------
+# Wide: the STORIES and CHAINS templates with their things and names drawn from long lists.
+# GSM8K's answers repeat the question's own things ("vacuum cleaners", "hurdles", "jam"); a
+# template that draws them from a short list teaches a drafter those few words, not to copy
+# whatever the question names. The wide kind asks the same templates with every short list
+# swapped for a long one (``WIDE``), so that the thing to repeat is rarely one seen before.
+# --------------------------------------------------------------------------------------------
+
+def _pairs(text: str) -> list[tuple[str, str]]:
+    """"box/boxes, kite" -> [("box", "boxes"), ("kite", "kites")]: singular/plural, a bare
+    word taking an s."""
+    out = []
+    for item in text.split(","):
+        one, _, many = item.strip().partition("/")
+        out.append((one, many or one + "s"))
+    return out
+
+
+WIDE_GOODS = _pairs(
+    "vacuum cleaner, blender, toaster, kettle, teapot, frying pan, cutting board, rolling pin, "
+    "umbrella, raincoat, sweater, hoodie, jacket, pair of socks/pairs of socks, "
+    "pair of shoes/pairs of shoes, pair of gloves/pairs of gloves, hat, cap, belt, necklace, "
+    "ring, watch/watches, wallet, purse, suitcase, duffel bag, tote bag, pillow, blanket, quilt, "
+    "towel, rug, curtain, picture frame, photograph, poster, painting, vase, flower pot, "
+    "birdhouse, bird feeder, clock, alarm clock, radio, speaker, pair of headphones/pairs of "
+    "headphones, video game, board game, jigsaw puzzle, deck of cards/decks of cards, chess set, "
+    "yo-yo, skateboard, scooter, helmet, basketball, soccer ball, football, tennis racket, "
+    "baseball bat, hockey stick, jump rope, hula hoop, frisbee, sled, tent, sleeping bag, "
+    "flashlight, lantern, fishing rod, water bottle, thermos/thermoses, lunch box/lunch boxes, "
+    "pencil case, box of crayons/boxes of crayons, marker, paintbrush/paintbrushes, sketchbook, "
+    "calculator, stapler, ruler, folder, binder, textbook, dictionary/dictionaries, novel, "
+    "cookbook, magazine, comic, calendar, greeting card, gift card, jar of honey/jars of honey, "
+    "jar of jam/jars of jam, bottle of olive oil/bottles of olive oil, bag of rice/bags of rice, "
+    "bag of flour/bags of flour, carton of milk/cartons of milk, dozen eggs/dozen eggs, "
+    "box of cereal/boxes of cereal, can of soup/cans of soup, bar of soap/bars of soap, "
+    "bottle of shampoo/bottles of shampoo, toothbrush/toothbrushes, candle holder, "
+    "bouquet of roses/bouquets of roses, potted cactus/potted cacti, sunflower, tulip bulb, "
+    "packet of seeds/packets of seeds, bag of soil/bags of soil, garden hose, shovel, rake, "
+    "wheelbarrow, watering can, bicycle, tire, bicycle bell, light bulb, extension cord, "
+    "battery/batteries, phone case, charger, keyboard, computer mouse/computer mice, monitor, "
+    "printer, ink cartridge, USB stick, tablet, laptop bag, desk lamp, office chair, bookshelf/"
+    "bookshelves, stool, bench/benches, coffee table, mirror, doormat, coat hanger, laundry "
+    "basket, ironing board, sewing kit, spool of thread/spools of thread, ball of yarn/balls of "
+    "yarn, knitting needle, button, zipper, patch/patches, quilt square, cupcake, brownie, "
+    "cinnamon roll, bagel, croissant, doughnut, pretzel, taco, burrito, slice of pizza/slices of "
+    "pizza, bowl of soup/bowls of soup, smoothie, milkshake, cup of coffee/cups of coffee, "
+    "cup of tea/cups of tea, glass of lemonade/glasses of lemonade, ice cream cone, popsicle, "
+    "candy bar, lollipop, bag of popcorn/bags of popcorn, box of chocolates/boxes of chocolates, "
+    "movie ticket, concert ticket, bus pass/bus passes, train ticket, museum pass/museum passes, "
+    "raffle ticket, lottery ticket, postcard, stamp, envelope, balloon, party hat, streamer, "
+    "gift bag, ribbon, roll of tape/rolls of tape, roll of wrapping paper/rolls of wrapping "
+    "paper, trophy/trophies, medal, badge, key chain, magnet, souvenir mug, snow globe, "
+    "keyboard lesson, swimming lesson, guitar lesson, haircut, car wash/car washes, oil change")
+WIDE_THINGS = [many for _, many in _pairs(
+    "marble, sticker, seashell, trading card, stamp, comic book, baseball card, bead, toy car, "
+    "postcard, coin, button, pebble, feather, pine cone, acorn, leaf/leaves, crayon, pencil, "
+    "eraser, paper clip, rubber band, bottle cap, keychain, magnet, pin, badge, patch/patches, "
+    "figurine, action figure, doll, toy soldier, toy train, puzzle piece, domino/dominoes, "
+    "dice/dice, chess piece, Lego brick, block, ribbon, hair clip, bracelet, friendship "
+    "bracelet, ring, earring, charm, shell, crystal, rock, fossil, arrowhead, old key, "
+    "snow globe, stuffed animal, plush toy, video game, board game, vinyl record, cassette, "
+    "DVD, book, novel, magazine, poster, photo, drawing, painting, origami crane, paper plane, "
+    "balloon, kite, yo-yo, spinning top, jump rope, tennis ball, golf ball, ping pong ball, "
+    "soccer card, basketball card, hockey card, coupon, ticket stub, pressed flower, "
+    "candle, soap bar, mug, teacup, spoon, napkin ring, thimble, sewing pattern, knitting "
+    "needle, ball of yarn/balls of yarn, paintbrush/paintbrushes, sketch, comic strip, "
+    "map, globe, compass/compasses, flashlight, battery/batteries, screw, nail, bolt, washer")]
+WIDE_FRUIT = [many for _, many in _pairs(
+    "apple, peach/peaches, plum, strawberry/strawberries, orange, pear, lemon, cherry/cherries, "
+    "banana, mango/mangoes, avocado, kiwi, lime, apricot, fig, grapefruit, tangerine, "
+    "nectarine, pomegranate, coconut, pineapple, melon, watermelon, cantaloupe, papaya, "
+    "blueberry/blueberries, raspberry/raspberries, blackberry/blackberries, cranberry/"
+    "cranberries, grape, date, olive, tomato/tomatoes, potato/potatoes, carrot, onion, "
+    "cucumber, zucchini, pepper, eggplant, radish/radishes, turnip, beet, pumpkin, squash/"
+    "squashes, ear of corn/ears of corn, head of lettuce/heads of lettuce, cabbage, cauliflower, "
+    "broccoli head, artichoke, sweet potato/sweet potatoes, yam, parsnip, leek, clove of garlic/"
+    "cloves of garlic, egg, walnut, chestnut, hazelnut, almond, peanut, muffin, roll, bun, "
+    "biscuit, cookie, cupcake, donut, bagel, pretzel, dumpling, tamale, samosa, spring roll")]
+WIDE_ANIMALS = _pairs(
+    "dog, cat, goat, rabbit, pig, horse, sheep/sheep, duck, chicken, hen, rooster, cow, bull, "
+    "donkey, mule, llama, alpaca, camel, ox/oxen, turkey, goose/geese, pony/ponies, lamb, calf/"
+    "calves, kitten, puppy/puppies, hamster, guinea pig, ferret, parrot, parakeet, canary/"
+    "canaries, turtle, tortoise, lizard, snake, iguana, frog, goldfish/goldfish, koi/koi, "
+    "peacock, pigeon, dove, swan, ostrich/ostriches, emu, deer/deer, elk/elk, bison/bison, "
+    "yak, buffalo/buffaloes, reindeer/reindeer, zebra, giraffe, elephant, hippo, rhino, "
+    "lion, tiger, bear, wolf/wolves, fox/foxes, raccoon, skunk, squirrel, chipmunk, hedgehog, "
+    "penguin, seal, otter, beaver, monkey, chimpanzee, gorilla, kangaroo, koala, panda")
+WIDE_JOBS = [
+    "walking dogs", "tutoring", "mowing lawns", "babysitting", "washing cars",
+    "delivering newspapers", "painting fences", "helping at a bakery", "raking leaves",
+    "shoveling snow", "pet sitting", "cleaning windows", "weeding gardens", "stocking shelves",
+    "bagging groceries", "washing dishes", "waiting tables", "teaching piano", "coaching soccer",
+    "fixing bikes", "building birdhouses", "sewing curtains", "baking cakes", "selling lemonade",
+    "driving a delivery van", "sorting mail", "shelving library books", "cutting hair",
+    "designing websites", "editing videos", "translating letters", "repairing phones",
+    "grooming horses", "picking berries", "packing boxes", "answering phones",
+    "guiding museum tours", "lifeguarding at the pool", "refereeing basketball games",
+    "cleaning offices", "planting trees", "folding laundry", "feeding the neighbors' chickens"]
+WIDE_PLACES = [
+    "the library", "the farm", "the zoo", "the museum", "the beach", "the market", "the park",
+    "the lake", "the mountains", "the city", "the airport", "the harbor", "the stadium",
+    "the aquarium", "the circus", "the fair", "the mall", "the cabin", "the campsite",
+    "the ski resort", "the hot springs", "the vineyard", "the orchard", "the lighthouse",
+    "the castle", "the canyon", "the waterfall", "the desert", "the coast", "the island ferry",
+    "the science center", "the planetarium", "the botanical garden", "the water park",
+    "the national park", "the old mill", "the dam", "the county fair", "the flea market",
+    "the pumpkin patch", "the cousins' house", "the grandparents' farm", "the concert hall",
+    "the bowling alley", "the ice rink", "the train museum", "the pottery studio"]
+WIDE_SHE = (
+    "Ada Alma Anika Aisha Beatrix Bianca Camila Carmen Chloe Daria Delia Elena Elif Esme Fatima "
+    "Fiona Gemma Greta Hazel Helga Ines Irene Isla Jade Janelle Jasmine Kalani Kamala Kiara "
+    "Lena Leila Lila Lorna Mabel Maeve Maria Marisol Maya Mei Mira Nia Nina Noor Olga Olivia "
+    "Opal Pilar Penny Quinn Rania Renata Rhea Ruth Sadie Salma Sanaa Sienna Tamsin Tanvi Thea "
+    "Tova Valeria Vera Vivian Willa Ximena Yasmin Zara Zoe Zofia Agnes Brenda Celeste Doreen "
+    "Edith Flora Gloria Harriet Ivy Joan Kristin Lucille Marguerite Nell Octavia Phyllis "
+    "Rosalind Sylvia Trudy Ursula Violet Winifred").split()
+WIDE_HE = (
+    "Aarav Abel Ahmed Alonso Anton Arjun Axel Bao Bruno Caleb Carlos Cedric Dante Darius "
+    "Desmond Dmitri Elias Emeka Enzo Ezra Felix Finn Gabriel Hamza Hector Hugo Idris Ivan "
+    "Jamal Jasper Javier Joaquin Kai Kenji Kwame Leon Levi Liam Luca Magnus Marco Milo Nico "
+    "Nikhil Nolan Omar Otto Pablo Pedro Rafael Ravi Ronan Rufus Samir Santiago Silas Stellan "
+    "Theo Tobias Tomas Umar Vikram Wes Wyatt Yusuf Zane Ziggy Albert Bernard Clarence Douglas "
+    "Edmund Frederick Gordon Harold Irving Jerome Kenneth Lionel Montgomery Norman Percy "
+    "Raymond Stanley Thaddeus Vernon Walter").split()
+WIDE_NAMES = WIDE_SHE + WIDE_HE
+# (the short list a sampler asks for, the long one the wide kind gives it instead)
+WIDE = [(GOODS, WIDE_GOODS), (THINGS, WIDE_THINGS), (FRUIT, WIDE_FRUIT),
+        (ANIMALS, WIDE_ANIMALS), (JOBS, WIDE_JOBS), (PLACES, WIDE_PLACES),
+        (FIRST_NAMES, WIDE_NAMES)]
+
+
+class _Wide(random.Random):
+    """A Random whose choice() and sample() draw from the long list wherever a template's
+    sampler (or ``_word_problems``) asks for one of the short lists of ``WIDE``."""
+
+    @staticmethod
+    def _widen(seq):
+        return next((wide for short, wide in WIDE if seq is short), seq)
+
+    def choice(self, seq):
+        return super().choice(self._widen(seq))
+
+    def sample(self, population, k, **kw):
+        return super().sample(self._widen(population), k, **kw)
+
+
+def _asks_for_things(sample) -> bool:
+    """Whether a template's sampler draws from one of WIDE's lists other than the names (13 of
+    the 59 templates do; the others name their things in lists of their own)."""
+    class Probe(_Wide):
+        asked = False
+
+        def _widen(self, seq):
+            Probe.asked |= any(seq is short for short, _ in WIDE if short is not FIRST_NAMES)
+            return super()._widen(seq)
+    rng = Probe(0)
+    for _ in range(8):
+        sample(rng)
+    return Probe.asked
+
+
+def wide_prompts(n: int, seed: int = 0) -> list[dict]:
+    """n distinct problems of the STORIES and CHAINS templates with things, foods, animals,
+    jobs, places and names from the long lists (``WIDE``), in the math template. The templates
+    whose things come from those lists are drawn four times as often, so that about half the
+    problems name a thing from them; templates that name neither people nor such things (a
+    chess club that doubles) are left to the story and chain kinds."""
+    things = [t for t in STORIES + CHAINS if _asks_for_things(t[1])]
+    people = [t for t in STORIES + CHAINS if re.search(r"\{[abc]\}", t[0]) and t not in things]
+    table = people + 4 * things
+    return _word_problems(table, n, _Wide(seed + 900), "wide")
 
 
 # --------------------------------------------------------------------------------------------
