@@ -12,6 +12,7 @@
     bench-kernel   the Triton kernel against SDPA and FlexAttention (a GPU)
     suites         rewrite data/prompts/<suite>.jsonl from the published wheels
     tau-curve      tau against training steps, decoding with snapshots of a training run
+    misses         which tokens a drafter misses: each step by the target's first token
     llama-cpp      convert a drafter with llama.cpp's converter, run llama.cpp plain and
                    speculative (draft-dflash) on the suites (needs llama.cpp: LLAMA_CPP_DIR)
 
@@ -35,6 +36,7 @@ COMMANDS = {  # command -> (module in minidflash.tools, keyword arguments of its
     "bench-kernel": ("bench_kernel", {}),
     "suites": ("suites", {}),
     "tau-curve": ("tau_curve", {}),
+    "misses": ("misses", {}),
     "llama-cpp": ("llama_cpp", {}),
 }
 

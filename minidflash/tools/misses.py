@@ -1,0 +1,124 @@
+"""What a drafter misses: each verify step sorted by the target's token at the first drafted slot.
+
+tau says how many tokens a step commits, not which ones the drafter could not guess. A step
+whose first drafted token is rejected commits one token (the target's own); this decodes the
+first ``--n`` prompts of each suite with the drafter (lossless, whatever it drafts) and sorts
+every step by that token of the target's:
+
+* ``word in question``: a word (or the start of one) that the prompt itself contains, such as
+  the things a GSM8K question names, which the answer repeats;
+* ``other word``, ``digits``, ``symbols`` (``=``, ``$``, ``,`` ...), ``spaces and newlines``.
+
+For each it reports the steps and the share of them that rejected the first drafted token,
+and the words missed most often.
+
+    python -m minidflash misses --target HuggingFaceTB/SmolLM2-135M-Instruct \\
+        --drafter data/smollm2_drafter --suites gsm8k --n 10 --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+from ..config import PROMPTS_DIR
+from ..drafter import load_drafter
+from ..target import chat_ids, load_target, stop_ids
+from ..verifier import speculative_generate
+from . import corpus
+
+KINDS = ("word in question", "other word", "digits", "symbols", "spaces and newlines")
+
+
+def kind(token_text: str, question_words: set[str]) -> str:
+    """The class of one token's text; a word is "in question" when the prompt has a word that
+    starts with it (a long word is split into several tokens; its first is what is drafted)."""
+    t = token_text.strip()
+    if not t:
+        return "spaces and newlines"
+    if t.isdigit():
+        return "digits"
+    if t.isalpha():
+        w = t.lower()
+        return "word in question" if any(q.startswith(w) for q in question_words) else "other word"
+    return "symbols"
+
+
+def words_of(messages: list[dict]) -> set[str]:
+    return {w for m in messages if m["role"] == "user" for w in re.findall(r"[a-z]+", m["content"].lower())}
+
+
+@torch.no_grad()
+def misses(target, tokenizer, drafter, rows: list[dict], max_new_tokens: int,
+           block_size: int | None = None) -> dict:
+    """{kind: {"steps", "missed"}}, the missed words, tau and the steps' count for ``rows``."""
+    steps, missed, words, lengths = Counter(), Counter(), Counter(), []
+    for row in rows:
+        question = words_of(row["messages"])
+        out = speculative_generate(target, drafter, chat_ids(tokenizer, row["messages"]),
+                                   max_new_tokens, block_size=block_size,
+                                   stop_token_ids=stop_ids(tokenizer), record_steps=True)
+        lengths += out.acceptance_lengths
+        for step in out.steps:
+            text = tokenizer.decode([step["target"][0]])
+            k = kind(text, question)
+            steps[k] += 1
+            if step["accepted"] == 0:
+                missed[k] += 1
+                if k.endswith("word"):
+                    words[text.strip().lower()] += 1
+    return {"tau": sum(lengths) / max(1, len(lengths)), "steps": sum(steps.values()),
+            "first_slot_rejected": sum(missed.values()),
+            "kinds": {k: {"steps": steps[k], "missed": missed[k]} for k in KINDS},
+            "missed_words": words.most_common(25)}
+
+
+def report(suite: str, r: dict) -> str:
+    lines = [f"{suite}: tau {r['tau']:.2f}, {r['steps']} steps, the first drafted token rejected "
+             f"in {r['first_slot_rejected']} ({100 * r['first_slot_rejected'] / max(1, r['steps']):.0f}%)"]
+    for k, c in r["kinds"].items():
+        share = f"{100 * c['missed'] / c['steps']:.0f}%" if c["steps"] else "-"
+        lines.append(f"  {k:<20} {c['steps']:>5} steps, rejected at the first slot in "
+                     f"{c['missed']:>4} ({share}; {100 * c['missed'] / max(1, r['first_slot_rejected']):.0f}% of all such steps)")
+    lines.append("  missed most: " + ", ".join(f"{w} {n}" for w, n in r["missed_words"][:12]))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(prog="python -m minidflash misses", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--target", default=None, help="a hub id or folder (default: the tiny target)")
+    p.add_argument("--drafter", default=None, help="a DFlash drafter folder (default: the tiny one)")
+    p.add_argument("--suites", nargs="+", default=["gsm8k"])
+    p.add_argument("--n", type=int, default=10, help="the first N prompts of each suite")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--block-size", type=int, default=None, help="(default: the drafter's own)")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--json", default=None, help="write the result here too")
+    a = p.parse_args(argv)
+    if a.n < 1:
+        raise SystemExit(f"--n {a.n}: decode at least one prompt of each suite")
+    torch.set_num_threads(a.threads)
+    target, tokenizer = load_target(a.target)
+    drafter = load_drafter(a.drafter, target=target)
+    result = {"command": "python -m minidflash misses " + " ".join(sys.argv[1:] if argv is None else argv), "n": a.n,
+              "max_new_tokens": a.max_new_tokens, "block_size": a.block_size,
+              "threads": a.threads, "suites": {}}
+    for suite in a.suites:
+        path = PROMPTS_DIR / f"{suite}.jsonl"
+        if not path.is_file():
+            raise SystemExit(f"no suite {suite!r}: {path} is missing (see data/prompts/README.md)")
+        rows = corpus.read_jsonl(path)[:a.n]
+        result["suites"][suite] = misses(target, tokenizer, drafter, rows, a.max_new_tokens,
+                                         a.block_size)
+        print(report(suite, result["suites"][suite]), flush=True)
+    if a.json:
+        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.json).write_text(json.dumps(result, indent=1))
+    return result
