@@ -25,7 +25,7 @@ def test_the_steps_it_sorts_are_the_decode_s_steps():
     rejected at the first slot are exactly the steps that committed one token."""
     model, tok = load_target()
     tiny_drafter = load_drafter(TINY_DRAFTER_DIR, target=model)
-    rows = corpus.read_jsonl(PROMPTS_DIR / "arithmetic.jsonl")[:2]
+    rows = corpus.read_jsonl(PROMPTS_DIR / "code.jsonl")[:2]
     r = misses.misses(model, tok, tiny_drafter, rows, 48)
     lengths = []
     for row in rows:
@@ -34,8 +34,9 @@ def test_the_steps_it_sorts_are_the_decode_s_steps():
     assert r["steps"] == len(lengths) == sum(k["steps"] for k in r["kinds"].values())
     assert r["first_slot_rejected"] == lengths.count(1) == sum(k["missed"] for k in r["kinds"].values())
     assert r["tau"] == pytest.approx(sum(lengths) / len(lengths))
-    assert sum(n for _, n in r["missed_words"]) == (r["kinds"]["word in question"]["missed"]
-                                                   + r["kinds"]["other word"]["missed"])
+    words = r["kinds"]["word in question"]["missed"], r["kinds"]["other word"]["missed"]
+    assert min(words) > 0                      # both kinds of word occur in these two prompts
+    assert sum(n for _, n in r["missed_words"]) == sum(words)
 
 
 def test_the_command_writes_its_json_and_refuses_a_missing_suite(tmp_path):
