@@ -915,16 +915,16 @@ class _Wide(random.Random):
 def _asks_for_things(sample) -> bool:
     """Whether a template's sampler draws from one of WIDE's lists other than the names (13 of
     the 59 templates do; the others name their things in lists of their own)."""
-    class Probe(_Wide):
-        asked = False
+    asked = []
 
+    class Probe(_Wide):
         def _widen(self, seq):
-            Probe.asked |= any(seq is short for short, _ in WIDE if short is not FIRST_NAMES)
+            asked.append(any(seq is short for short, _ in WIDE if short is not FIRST_NAMES))
             return super()._widen(seq)
     rng = Probe(0)
     for _ in range(8):
         sample(rng)
-    return Probe.asked
+    return any(asked)
 
 
 def wide_prompts(n: int, seed: int = 0) -> list[dict]:
