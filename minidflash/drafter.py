@@ -61,6 +61,7 @@ from .config import PAPER, TINY_DRAFTER_DIR
 from .hub import snapshot
 
 DRAFT_VOCAB_FILE = "draft_vocab.json"     # optional, beside the published config + weights
+DECODING_FILE = "decoding.json"           # optional: {"p_min": p}, the drafter's default cut
 
 
 def default_target_layer_ids(num_target_layers: int, num_features: int) -> list[int]:
@@ -210,6 +211,8 @@ class DFlashDrafter(nn.Module):
         # (the published tensors stay exactly as they are): see set_draft_vocab
         self.register_buffer("draft_vocab", None, persistent=False)
         self._head_rows = None  # (weakref to lm_head weight, its version, vocab, rows): the slice
+        # the confidence cut speculative_generate applies by default (decoding.json; 0: none)
+        self.p_min = 0.0
         self.apply(self._init_weights)
 
     def set_draft_vocab(self, token_ids) -> None:
@@ -279,17 +282,17 @@ class DFlashDrafter(nn.Module):
         return self.norm(x)
 
     @torch.inference_mode()
-    def draft(self, target, last_token: torch.Tensor, target_hidden: torch.Tensor,
-              start, cache, block_size: int | None = None, context_ids=None,
-              context_mask=None) -> torch.Tensor:
-        """Greedy block draft: ids (N, B-1) for slots 1..B-1 after last_token (N,) at start.
+    def block_logits(self, target, last_token: torch.Tensor, target_hidden: torch.Tensor,
+                     start, cache, block_size: int | None = None,
+                     context_mask=None) -> torch.Tensor:
+        """The drafter's logits at slots 1..B-1 after last_token (N,) at start: (N, B-1, V), or
+        (N, B-1, K) over the draft vocabulary (index i is token ``draft_vocab[i]``, see
+        ``token_ids``). One pass; what ``draft`` and a tree of drafts (tree.py) read.
 
         target_hidden (N, C, L_f*H) holds the features of the C committed tokens that the cache
-        has not seen yet (positions start - C .. start - 1). context_ids, those tokens, is
-        unused: the block drafter reads the context through its features only (an
-        autoregressive drafter, ``ar_drafter.py``, also embeds them). A ragged batch (rows at
-        different lengths) passes start as (N,) positions, one per row, and context_mask
-        (N, S) bool over [cached ; new] context, False on holes (batch.py).
+        has not seen yet (positions start - C .. start - 1). A ragged batch (rows at different
+        lengths) passes start as (N,) positions, one per row, and context_mask (N, S) bool over
+        [cached ; new] context, False on holes (batch.py).
         """
         B = block_size or self.block_size
         N, C = target_hidden.shape[:2]
@@ -299,8 +302,30 @@ class DFlashDrafter(nn.Module):
                + torch.arange(-C, B, device=block.device)).expand(N, -1)        # (N, C+B)
         h = self(target.get_input_embeddings()(block), target_hidden, pos, cache=cache,
                  key_mask=context_mask)
-        best = self.logits(target, h[:, 1:]).argmax(-1)                        # (N, B-1)
-        return best if self.draft_vocab is None else self.draft_vocab[best]    # full-vocab ids
+        return self.logits(target, h[:, 1:])                                   # (N, B-1, V)
+
+    def token_ids(self, index: torch.Tensor) -> torch.Tensor:
+        """Full-vocabulary token ids of indices into the drafter's logits."""
+        return index if self.draft_vocab is None else self.draft_vocab[index]
+
+    def draft(self, target, last_token: torch.Tensor, target_hidden: torch.Tensor,
+              start, cache, block_size: int | None = None, context_ids=None,
+              context_mask=None, with_probs: bool = False):
+        """Greedy block draft: ids (N, B-1) for slots 1..B-1 after last_token (N,) at start.
+
+        context_ids (the tokens whose features target_hidden holds) is unused: the block
+        drafter reads the context through its features only (an autoregressive drafter,
+        ``ar_drafter.py``, also embeds them). with_probs: also return q (N, B-1), the drafter's
+        probability of each drafted token (softmax over its vocabulary), which the confidence
+        cut reads (verifier.confident_prefix). The slots are drafted in parallel, so q_j is the
+        drafter's belief in slot j alone, not given the slots before it.
+        """
+        logits = self.block_logits(target, last_token, target_hidden, start, cache, block_size,
+                                   context_mask)                               # (N, B-1, V)
+        if not with_probs:
+            return self.token_ids(logits.argmax(-1))                           # (N, B-1)
+        q, best = torch.softmax(logits.float(), -1).max(-1)                     # (N, B-1) each
+        return self.token_ids(best), q
 
     def new_cache(self) -> DynamicCache:
         return DynamicCache()
@@ -345,6 +370,8 @@ class DFlashDrafter(nn.Module):
         if self.draft_vocab is not None:
             (tmp / DRAFT_VOCAB_FILE).write_text(json.dumps(
                 {"token_ids": self.draft_vocab.tolist()}, separators=(",", ":")) + "\n")
+        if self.p_min:
+            (tmp / DECODING_FILE).write_text(json.dumps({"p_min": self.p_min}) + "\n")
         if out.exists():
             import shutil
             shutil.rmtree(out)
@@ -364,7 +391,7 @@ def load_drafter(name_or_path=None, target=None, dtype=torch.float32, device="cp
     from safetensors.torch import load_file
 
     path = snapshot(TINY_DRAFTER_DIR if name_or_path is None else name_or_path, TINY_DRAFTER_DIR,
-                    allow_patterns=["config.json", "*.safetensors", DRAFT_VOCAB_FILE])
+                    allow_patterns=["config.json", "*.safetensors", DRAFT_VOCAB_FILE, DECODING_FILE])
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{path} has no config.json: a drafter directory needs config.json "
                                 f"and model.safetensors (write one with drafter.save_pretrained).")
@@ -401,6 +428,12 @@ def load_drafter(name_or_path=None, target=None, dtype=torch.float32, device="cp
             raise ValueError(f"{path / DRAFT_VOCAB_FILE} is not a draft vocabulary "
                              f'{{"token_ids": [...]}} for this drafter: {e} (delete the file to '
                              f"draft over the full vocabulary).") from e
+    if (path / DECODING_FILE).is_file():
+        p_min = json.loads((path / DECODING_FILE).read_text()).get("p_min", 0.0)
+        if not isinstance(p_min, (int, float)) or not 0 <= p_min < 1:
+            raise ValueError(f"{path / DECODING_FILE}: p_min must be a number in [0, 1), got "
+                             f"{p_min!r} (0 verifies every drafted token).")
+        drafter.p_min = float(p_min)
     if target is not None:
         check_fits(drafter, target)
     return drafter

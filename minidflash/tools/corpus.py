@@ -23,6 +23,8 @@ import sysconfig
 import zlib
 from pathlib import Path
 
+from ..config import PROMPTS_DIR
+
 # --------------------------------------------------------------------------------------------
 # Arithmetic word problems
 # --------------------------------------------------------------------------------------------
@@ -186,6 +188,43 @@ def write_jsonl(rows: list[dict], path: str | Path) -> None:
 def read_jsonl(path: str | Path) -> list[dict]:
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+# Every prompt suite is split once, by position in its file: the first DEV_PROMPTS prompts are
+# the *dev* part, where drafters, training data and decoding settings are chosen; the rest is the
+# *test* part, where the results are reported. A setting picked by its score on some prompts is
+# measured for the record on others.
+DEV_PROMPTS = 10
+SPLITS = ("test", "dev", "all")
+
+
+def suite_prompts(suite: str, split: str = "test", n: int | None = None,
+                  prompts_dir: str | Path | None = None) -> list[dict]:
+    """The first n prompts of one part of ``data/prompts/<suite>.jsonl``.
+
+    split: "dev" (the first DEV_PROMPTS prompts of the file), "test" (the rest) or "all".
+    n None takes the whole part; asking for more than the part holds is an error, so a number
+    reported for "n = 40" always means 40 prompts.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    path = Path(prompts_dir or PROMPTS_DIR) / f"{suite}.jsonl"
+    if not path.exists():
+        names = sorted(q.stem for q in path.parent.glob("*.jsonl"))
+        raise ValueError(f"no prompt suite {suite!r}: {path} does not exist; the suites are "
+                         f"{', '.join(names)}")
+    rows = read_jsonl(path)
+    part = {"dev": rows[:DEV_PROMPTS], "test": rows[DEV_PROMPTS:], "all": rows}[split]
+    if n is not None and n > len(part):
+        raise ValueError(f"{suite}'s {split} part holds {len(part)} prompts, fewer than the "
+                         f"{n} asked for: ask for n <= {len(part)}")
+    return part if n is None else part[:n]
+
+
+def split_label(suite: str, split: str, n: int) -> str:
+    """How a result names the prompts it ran on, e.g. 'gsm8k test part, prompts 11-50'."""
+    first = {"dev": 1, "test": DEV_PROMPTS + 1, "all": 1}[split]
+    return f"{suite} {split} part, prompts {first}-{first + n - 1} of the file"
 
 
 def as_prompt(example: dict) -> dict:
