@@ -178,12 +178,15 @@ class ARDrafter(nn.Module):
 
     @torch.inference_mode()
     def draft(self, target, last_token, target_hidden, start, cache, block_size=None,
-              context_ids=None):
+              context_ids=None, with_probs: bool = False, p_min: float = 0.0):
         """Greedy chain draft of k = block_size - 1 tokens after last_token (N,) at ``start``.
 
         target_hidden (N, C, L_f*H): features of the C committed tokens the cache has not seen
         (positions start-C..start-1); context_ids (N, C): those tokens. Row t pairs g_t with
         x_{t+1}, so the new rows read tokens [context_ids[1:], last_token]. Costs k passes.
+        with_probs: also return q (N, k), the drafter's probability of each drafted token. p_min:
+        the confidence cut's threshold: the chain stops after the first token with q < p_min
+        (returned, so the verifier's own rule cuts it), and the passes after it are not spent.
         """
         k = (block_size or self.block_size) - 1
         N, C = target_hidden.shape[:2]
@@ -192,16 +195,24 @@ class ARDrafter(nn.Module):
         positions = torch.arange(start - C, start, device=tokens.device).expand(N, -1)
         h = self._attend(embed(tokens), self.fc(target_hidden), positions, cache)[:, -1:]
         context = cache.get_seq_length()
-        drafts = []
+        drafts, probs = [], []
         for j in range(k):
-            d = lm_head(self.norm(h)).argmax(-1)                                       # (N, 1)
+            logits = lm_head(self.norm(h))                                             # (N, 1, V)
+            if with_probs:
+                q, d = torch.softmax(logits.float(), -1).max(-1)                       # (N, 1)
+                probs.append(q)
+            else:
+                d = logits.argmax(-1)                                                  # (N, 1)
             drafts.append(d)
-            if j + 1 < k:                                 # feed (h, d) back: one more pass
+            if j + 1 < k and not (with_probs and bool((q < p_min).all())):  # one more pass
                 pos = torch.full((N, 1), start + j, device=d.device)
                 h = self._attend(embed(d), h, pos, cache)
+            else:
+                break
         if cache.get_seq_length() > context:              # keep only the context rows
             cache.crop(context - cache.get_seq_length())
-        return torch.cat(drafts, 1)                                                    # (N, k)
+        ids = torch.cat(drafts, 1)                                                     # (N, <=k)
+        return (ids, torch.cat(probs, 1)) if with_probs else ids
 
     # ---------------------------------------------------------------------------------------
     # On disk: config.json + model.safetensors (EAGLE-3's tensor names: fc, midlayer.*, norm)

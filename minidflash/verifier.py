@@ -18,6 +18,14 @@ recomputed. ``block_size=1`` skips the drafter: plain autoregressive decoding th
 code, the paper's baseline. Every timestamp is read by ``clock``, after a CUDA synchronise, so a
 pass's GPU time lands in its own bucket (prefill, draft, verify).
 
+The confidence cut (``p_min``, llama.cpp's ``--spec-draft-p-min``): with q_j the drafter's
+probability of its own token at slot j, only d_1..d_m go to the verify pass, m the number of
+leading slots with q_j >= p_min (m = 0: a plain decode step). On a CPU a verify pass over k
+tokens costs more the larger k is, so tokens the drafter itself doubts are cheaper left out. The
+cut reads the drafter's outputs only, never the target's, so it changes how many tokens a step
+can certify, not which: greedy output stays identical and sampling exact. A drafter's files may
+carry its default (``decoding.json``, ``drafter.p_min``).
+
 Many requests at once (``speculative_generate_batch``): input_ids (N, S), left-padded, with an
 attention_mask, as transformers' ``generate`` takes them. Each row accepts its own a_i + 1
 tokens per step (*ragged acceptance*), so after one step the rows have different lengths. The
@@ -40,6 +48,7 @@ import torch
 from transformers import DynamicCache
 
 from . import batch as ragged
+from .ar_drafter import ARDrafter
 from .drafter import DFlashDrafter, check_fits, target_features
 
 
@@ -55,6 +64,7 @@ class GenerationResult:
     decode_time: float = 0.0            # seconds from the end of the prefill to the end
     block_size: int = 1
     steps: list[dict] = field(default_factory=list)  # per step: drafted and target ids
+    verified: list[int] = field(default_factory=list)  # per step: drafted tokens verified (m)
 
     @property
     def new_ids(self) -> torch.Tensor:
@@ -127,6 +137,28 @@ def accepted_lengths(block: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (block[:, 1:] == y[:, :-1]).long().cumprod(1).sum(1)
 
 
+def confident_prefix(q: torch.Tensor, p_min: float) -> torch.Tensor:
+    """m per row: how many leading drafted slots the drafter gives probability >= p_min.
+    q (N, k) the drafter's probability of each drafted token -> (N,), 0..k."""
+    return (q >= p_min).long().cumprod(1).sum(1)
+
+
+def draft_block(drafter, target, token, hidden, start, cache, B, p_min, **context):
+    """[t, d_1..d_{B-1}] from one draft, and q (N, B-1) (None unless p_min > 0).
+
+    The drafter's chain or block comes back whole; ``confident_prefix`` decides how much of it
+    the target verifies. An autoregressive drafter is told p_min so that its chain stops after
+    the first doubtful token: the passes it would spend after it are saved too.
+    """
+    want = p_min > 0
+    kwargs = {"with_probs": True} if want else {}
+    if want and isinstance(drafter, ARDrafter):
+        kwargs["p_min"] = p_min
+    out = drafter.draft(target, token, hidden, start, cache, B, **context, **kwargs)
+    guess, q = out if want else (out, None)
+    return torch.cat([token.view(-1, 1), guess], dim=1), q                    # (N, <=B), (N, <=B-1)
+
+
 def accept(block: torch.Tensor, logits: torch.Tensor, temperature: float, generator=None):
     """The acceptance rule. block (1, B) = [t, d_1..d_{B-1}], logits (1, B, V) of the target.
 
@@ -140,7 +172,7 @@ def accept(block: torch.Tensor, logits: torch.Tensor, temperature: float, genera
     return a, block[0, 1:a + 1].tolist() + [int(y[0, a])], y
 
 
-def _validate(target, drafter, input_ids, max_new_tokens, block_size, temperature):
+def _validate(target, drafter, input_ids, max_new_tokens, block_size, temperature, p_min=0.0):
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.dtype != torch.long:
         raise ValueError("input_ids must be a (N, S) LongTensor of token ids, e.g. "
                          "tokenizer(text, return_tensors='pt')['input_ids'].")
@@ -151,6 +183,8 @@ def _validate(target, drafter, input_ids, max_new_tokens, block_size, temperatur
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}.")
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0 (0 is greedy), got {temperature}.")
+    if not isinstance(p_min, (int, float)) or not 0 <= p_min < 1:
+        raise ValueError(f"p_min must be in [0, 1) (0 verifies every drafted token), got {p_min!r}.")
     if not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size must be an integer >= 1 (1 is plain decoding), got {block_size!r}.")
     vocab = target.get_input_embeddings().weight.shape[0]
@@ -175,13 +209,14 @@ def speculative_generate(target, drafter: DFlashDrafter | None, input_ids: torch
                          max_new_tokens: int, block_size: int | None = None,
                          temperature: float = 0.0, stop_token_ids=None,
                          generator: torch.Generator | None = None,
-                         record_steps: bool = False, attention_mask: torch.Tensor | None = None
-                         ) -> GenerationResult | list[GenerationResult]:
+                         record_steps: bool = False, attention_mask: torch.Tensor | None = None,
+                         p_min: float | None = None) -> GenerationResult | list[GenerationResult]:
     """Decode up to max_new_tokens after input_ids (1, S) with draft -> verify -> accept.
 
     block_size None takes the drafter's; 1 is plain autoregressive decoding. Generation stops
     after the first stop token (which is kept). At temperature > 0 the target samples with
-    ``generator``; the drafter always drafts greedily.
+    ``generator``; the drafter always drafts greedily. p_min: the confidence cut (None takes the
+    drafter's ``p_min``, 0 verifies the whole block).
 
     With an attention_mask, input_ids is a batch (N, S), left-padded, and the answer is a list
     of N results, one per row: ``speculative_generate_batch``.
@@ -189,10 +224,12 @@ def speculative_generate(target, drafter: DFlashDrafter | None, input_ids: torch
     if attention_mask is not None:
         return speculative_generate_batch(target, drafter, input_ids, max_new_tokens,
                                           attention_mask, block_size, temperature,
-                                          stop_token_ids, generator, record_steps)
+                                          stop_token_ids, generator, record_steps, p_min)
     if block_size is None:
         block_size = drafter.block_size if drafter is not None else 1
-    _validate(target, drafter, input_ids, max_new_tokens, block_size, temperature)
+    if p_min is None:
+        p_min = getattr(drafter, "p_min", 0.0) if block_size > 1 else 0.0
+    _validate(target, drafter, input_ids, max_new_tokens, block_size, temperature, p_min)
     if input_ids.shape[0] != 1:
         raise ValueError(f"speculative_generate decodes one sequence at a time without an "
                          f"attention_mask, got a batch of {input_ids.shape[0]}: pass the "
@@ -212,22 +249,23 @@ def speculative_generate(target, drafter: DFlashDrafter | None, input_ids: torch
     t1 = clock(device)
 
     new = [int(token)]
-    drafted, lengths, steps = [False], [], []
+    drafted, lengths, steps, verified = [False], [], [], []
     draft_time = verify_time = 0.0
     context_ids = input_ids                       # the tokens whose features are in `hidden`
     start = input_ids.shape[1]                    # position of `token`, the block's slot 0
     done = new[0] in stops
     while len(new) < max_new_tokens and not done:
-        # 2. Draft B-1 tokens in one drafter pass.
+        # 2. Draft B-1 tokens in one drafter pass; keep the confident prefix d_1..d_m.
         ts = clock(device)
-        block = token.view(1, 1)
+        block, q = token.view(1, 1), None
         if B > 1:
-            guess = drafter.draft(target, token, hidden, start, draft_cache, B,
-                                  context_ids=context_ids)                     # (1, B-1)
-            block = torch.cat([block, guess], dim=1)                           # (1, B)
+            block, q = draft_block(drafter, target, token, hidden, start, draft_cache, B, p_min,
+                                   context_ids=context_ids)                    # (1, B)
+            if p_min > 0:
+                block = block[:, :1 + int(confident_prefix(q, p_min)[0])]      # (1, m+1)
         tv = clock(device)
-        # 3. Verify the whole block in one target pass.
-        pos = torch.arange(start, start + B, device=device)[None]
+        # 3. Verify the block in one target pass.
+        pos = torch.arange(start, start + block.shape[1], device=device)[None]
         out = target(input_ids=block, position_ids=pos, **cache_kwargs(target, cache),
                      output_hidden_states=B > 1)
         te = clock(device)
@@ -236,6 +274,8 @@ def speculative_generate(target, drafter: DFlashDrafter | None, input_ids: torch
         if record_steps:
             step = {"start": start, "draft": block[0, 1:].tolist(),
                     "target": choice[0].tolist(), "accepted": a, "p_draft": None}
+            if q is not None:     # the drafter's probabilities of all B-1 drafts, before the cut
+                step["q"] = q[0].tolist()
             if temperature > 0:  # probability that the target's sample equals each draft token
                 probs = torch.softmax(out.logits[0, :-1].float() / temperature, -1)
                 step["p_draft"] = probs.gather(-1, block[0, 1:, None])[:, 0].tolist()
@@ -244,6 +284,7 @@ def speculative_generate(target, drafter: DFlashDrafter | None, input_ids: torch
         done = not stops.isdisjoint(committed)
         drafted += [True] * a + [False]
         lengths.append(a + 1)
+        verified.append(block.shape[1] - 1)
         token = choice[:, a]
         start += a + 1
         crop_cache(cache, start)                          # keep t, d_1..d_a; the bonus is not fed yet
@@ -263,7 +304,7 @@ def speculative_generate(target, drafter: DFlashDrafter | None, input_ids: torch
     return GenerationResult(output_ids=output_ids, prompt_length=input_ids.shape[1],
                             acceptance_lengths=lengths, drafted=drafted[:len(new)],
                             prefill_time=t1 - t0, draft_time=draft_time, verify_time=verify_time,
-                            decode_time=t2 - t1, block_size=B, steps=steps)
+                            decode_time=t2 - t1, block_size=B, steps=steps, verified=verified)
 
 
 def _validate_batch(drafter, input_ids, attention_mask, block_size) -> torch.Tensor:
@@ -296,7 +337,8 @@ def speculative_generate_batch(target, drafter: DFlashDrafter | None, input_ids:
                                max_new_tokens: int, attention_mask: torch.Tensor | None = None,
                                block_size: int | None = None, temperature: float = 0.0,
                                stop_token_ids=None, generator: torch.Generator | None = None,
-                               record_steps: bool = False) -> list[GenerationResult]:
+                               record_steps: bool = False, p_min: float | None = None
+                               ) -> list[GenerationResult]:
     """N requests at once: input_ids (N, S), left-padded, attention_mask (N, S) (None: no
     padding). One result per row, as ``speculative_generate`` would return for that prompt
     alone: the same tokens when greedy, the same distribution at T > 0.
@@ -307,10 +349,14 @@ def speculative_generate_batch(target, drafter: DFlashDrafter | None, input_ids:
     positions ``start`` (N,), compaction when holes pile up, and rows that hit a stop token or
     max_new_tokens leave the batch. Timings are the batch's: a row's draft and verify time sum
     the steps it took part in; its decode time runs from the prefill's end to its own last step.
+    With a confidence cut each row keeps its own m_i drafts: the verify pass is as wide as the
+    longest row's m + 1, and a row accepts at most its own m_i.
     """
     if block_size is None:
         block_size = drafter.block_size if drafter is not None else 1
-    _validate(target, drafter, input_ids, max_new_tokens, block_size, temperature)
+    if p_min is None:
+        p_min = getattr(drafter, "p_min", 0.0) if block_size > 1 else 0.0
+    _validate(target, drafter, input_ids, max_new_tokens, block_size, temperature, p_min)
     mask = _validate_batch(drafter, input_ids, attention_mask, block_size)   # (N, S) bool
     B, device = block_size, input_ids.device
     N, S = input_ids.shape
@@ -335,6 +381,7 @@ def speculative_generate_batch(target, drafter: DFlashDrafter | None, input_ids:
     new = [[t] for t in token.tolist()]
     drafted = [[False] for _ in range(N)]
     accepted = [[] for _ in range(N)]
+    verified = [[] for _ in range(N)]
     steps = [[] for _ in range(N)]
     times = [{"draft": 0.0, "verify": 0.0, "end": t1} for _ in range(N)]
     rows = list(range(N))                         # original index of each active row
@@ -356,25 +403,29 @@ def speculative_generate_batch(target, drafter: DFlashDrafter | None, input_ids:
         n = len(rows)
         # 2. Draft every row's block in one drafter pass; the new context's holes are masked.
         ts = clock(device)
-        block = token.view(n, 1)
+        block, m = token.view(n, 1), None
         if B > 1:
             seen = torch.cat([draft_valid, fresh], 1)                         # (n, Ld + C)
-            guess = drafter.draft(target, token, hidden, start, draft_cache, B,
-                                  context_mask=seen)                          # (n, B-1)
-            block = torch.cat([block, guess], dim=1)                          # (n, B)
+            block, q = draft_block(drafter, target, token, hidden, start, draft_cache, B, p_min,
+                                   context_mask=seen)                         # (n, B)
+            if p_min > 0:                       # each row its own m; the pass as wide as the widest
+                m = confident_prefix(q, p_min)                                # (n,)
+                block = block[:, :1 + int(m.max())]                           # (n, W)
             draft_valid = ragged.compact(draft_cache, seen)
         tv = clock(device)
         # 3. Verify all blocks in one target pass, each at its row's own positions.
-        L = valid.shape[1]
-        pos = start[:, None] + torch.arange(B, device=device)                # (n, B)
-        visible = torch.cat([valid, valid.new_ones(n, B)], 1)                 # (n, L + B)
+        L, W = valid.shape[1], block.shape[1]
+        pos = start[:, None] + torch.arange(W, device=device)                # (n, W)
+        visible = torch.cat([valid, valid.new_ones(n, W)], 1)                 # (n, L + W)
         out = target(input_ids=block, attention_mask=visible.long(), position_ids=pos,
                      **cache_kwargs(target, cache), output_hidden_states=B > 1)
         te = clock(device)
-        # 4. Accept per row; keep t, d_1..d_a of each row, crop what no row kept, compact.
-        choice = _choose(out.logits, temperature, generator)                  # (n, B)
+        # 4. Accept per row (at most its own m); keep t, d_1..d_a, crop what no row kept, compact.
+        choice = _choose(out.logits, temperature, generator)                  # (n, W)
         a = accepted_lengths(block, choice)                                   # (n,)
-        kept = torch.arange(B, device=device) <= a[:, None]                   # (n, B)
+        if m is not None:
+            a = torch.minimum(a, m)
+        kept = torch.arange(W, device=device) <= a[:, None]                   # (n, W)
         width = int(a.max()) + 1
         crop_cache(cache, L + width)
         valid = ragged.compact(cache, torch.cat([valid, kept[:, :width]], 1))
@@ -388,11 +439,13 @@ def speculative_generate_batch(target, drafter: DFlashDrafter | None, input_ids:
             new[i] += committed
             drafted[i] += [True] * a_list[k] + [False]
             accepted[i].append(a_list[k] + 1)
+            w = W if m is None else 1 + int(m[k])       # this row's own block: t, d_1..d_m
+            verified[i].append(w - 1)
             times[i]["draft"] += tv - ts
             times[i]["verify"] += te - tv
             if record_steps:
-                steps[i].append(_step_record(int(start[k]), blocks[k], choices[k], a_list[k],
-                                             out.logits[k], temperature))
+                steps[i].append(_step_record(int(start[k]), blocks[k][:w], choices[k][:w],
+                                             a_list[k], out.logits[k, :w], temperature))
             if stops.isdisjoint(committed) and len(new[i]) < max_new_tokens:
                 live.append(k)
             else:
@@ -412,7 +465,7 @@ def speculative_generate_batch(target, drafter: DFlashDrafter | None, input_ids:
             output_ids=output_ids, prompt_length=prompt.shape[1], acceptance_lengths=accepted[i],
             drafted=drafted[i][:len(ids)], prefill_time=t1 - t0, draft_time=times[i]["draft"],
             verify_time=times[i]["verify"], decode_time=times[i]["end"] - t1, block_size=B,
-            steps=steps[i]))
+            steps=steps[i], verified=verified[i]))
     return results
 
 

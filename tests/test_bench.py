@@ -19,7 +19,8 @@ def tiny():
 
 def test_every_method_decodes_what_plain_decoding_does(tiny):
     target, tokenizer = tiny
-    specs = ["plain", "dflash:4", "ar:2", "lookup:3", "generate"]
+    specs = ["plain", "dflash:4", "dflash:4/p0.5", "dflash", "ar:2", "ar:4/p0.95", "lookup:3",
+             "generate"]
     drafters = methods.load_method_drafters(specs, target, None, str(TINY_AR_DRAFTER_DIR))
     rows = corpus.read_jsonl(PROMPTS_DIR / "arithmetic.jsonl")[:2]
     out = methods.run_methods(target, tokenizer, rows, specs, drafters, max_new_tokens=24,
@@ -35,6 +36,10 @@ def test_every_method_decodes_what_plain_decoding_does(tiny):
     halves = [(n_loop, d["tau_looping"]), (2 - n_loop, d["tau_not_looping"])]
     assert d["tau"] == pytest.approx(sum(n * t for n, t in halves if n) / 2)
     assert d["layers"] == 1 and out["methods"]["plain"]["layers"] is None
+    # the cut verifies fewer drafted tokens per step than the whole block (3 for B = 4)
+    m = out["methods"]
+    assert m["dflash:4"]["verified_per_step"] == 3 and m["ar:2"]["verified_per_step"] == 2
+    assert m["dflash:4/p0.5"]["verified_per_step"] < 3 and m["ar:4/p0.95"]["verified_per_step"] < 4
 
 
 def test_families_group_depths_and_chain_lengths():
@@ -48,12 +53,19 @@ def test_families_group_depths_and_chain_lengths():
 
 
 def test_method_names_are_checked():
-    assert methods.parse("dflash:16@some/dir") == ("dflash", 16, "some/dir")
-    assert methods.parse("plain") == ("plain", 1, None)
-    with pytest.raises(ValueError, match="needs a number"):
-        methods.parse("ar")
-    with pytest.raises(ValueError, match="unknown method"):
-        methods.parse("medusa:4")
+    M = methods.Method
+    assert methods.parse("dflash:16@some/dir") == M("dflash", 16, "some/dir", 0.0)
+    assert methods.parse("dflash:8/p0.3") == M("dflash", 8, None, 0.3)
+    assert methods.parse("dflash") == M("dflash", None, None, None)       # the drafter's defaults
+    assert methods.parse("ar:8/p0.25@d") == M("ar", 8, "d", 0.25)
+    assert methods.parse("tree:16/n24/top4") == M("tree", 16, None, None, 24, 4)
+    assert methods.parse("plain") == M("plain", 1)
+    for bad, why in (("ar", "needs a number"), ("medusa:4", "unknown method"),
+                     ("dflash:8/q3", "not pP"), ("tree:16/n24", "node budget and candidates"),
+                     ("plain/p0.3", "for dflash and ar"), ("dflash:8/n4", "are for tree"),
+                     ("dflash:x", "not a number")):
+        with pytest.raises(ValueError, match=why):
+            methods.parse(bad)
 
 
 def test_draft_cost_covers_every_drafter_and_length(tiny):

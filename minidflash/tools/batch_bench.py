@@ -26,7 +26,6 @@ import torch
 from tqdm.auto import tqdm
 
 from ..batch import left_pad
-from ..config import PROMPTS_DIR
 from ..target import chat_ids, stop_ids
 from ..verifier import speculative_generate, speculative_generate_batch
 from . import corpus
@@ -100,13 +99,14 @@ def run_suite(target, tokenizer, drafter, rows, batch_sizes, threads, block_size
 
 
 def run(target, tokenizer, drafter, suites, batch_sizes, threads, n, block_size, max_new_tokens,
-        command: str, after_suite=None) -> dict:
+        command: str, after_suite=None, split: str = "test") -> dict:
     """The whole sweep; prints one line per (suite, threads, N) and calls after_suite(results)
     once each suite is done (the bench writes what it has, so a long run keeps its suites)."""
     if n < max(batch_sizes):
         raise ValueError(f"--n {n} prompts cannot fill a batch of {max(batch_sizes)}: use --n >= "
                          f"{max(batch_sizes)} (a multiple of every batch size keeps them equal).")
-    results = {"command": command, "block_size": block_size, "n": n,
+    results = {"command": command, "block_size": block_size, "p_min": drafter.p_min, "n": n,
+               "split": split,
                "max_new_tokens": max_new_tokens, "batch_sizes": batch_sizes, "threads": threads,
                "drafter_layers": drafter.config.num_hidden_layers,
                "throughput": "new tokens summed over a batch's rows / its decode time (no prefill)",
@@ -119,7 +119,7 @@ def run(target, tokenizer, drafter, suites, batch_sizes, threads, n, block_size,
             decode_batch(target, drafter, warm, B, 16, [])
     t0 = time.time()
     for suite in suites:
-        rows = corpus.read_jsonl(PROMPTS_DIR / f"{suite}.jsonl")[:n]
+        rows = corpus.suite_prompts(suite, split, n)
         results["suites"][suite] = r = run_suite(target, tokenizer, drafter, rows, batch_sizes,
                                                  threads, block_size, max_new_tokens)
         for t, per in r.items():

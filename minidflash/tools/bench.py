@@ -2,7 +2,9 @@
 
 Same code path, same target, same process: block size 1 (plain autoregressive decoding) against
 block size B, alternating prompt by prompt after a warm-up, so that both see the same machine
-state. Reported per suite:
+state. Prompts come from the *test* part of each suite unless ``--split`` says otherwise (the
+first 10 prompts of every suite are the *dev* part, where drafters and settings are chosen:
+corpus.suite_prompts). Reported per suite:
 
 * tau      mean over responses of (tokens committed / verify steps), accepted + 1 per step
 * speedup  mean baseline TPOT / mean DFlash TPOT (TPOT = decode time / new tokens, no prefill)
@@ -28,7 +30,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..config import PROMPTS_DIR, TINY_DRAFTER_DIR, TINY_TARGET_DIR, repo_relative
+from ..config import TINY_DRAFTER_DIR, TINY_TARGET_DIR, repo_relative
 from ..drafter import load_drafter
 from ..target import chat_ids, load_target, stop_ids
 from ..verifier import cache_kwargs, clock, crop_cache, speculative_generate
@@ -37,7 +39,7 @@ from .metrics import correct, repeated_4gram_share
 
 
 def run_suite(target, tokenizer, drafter, rows, block_sizes, max_new_tokens, temperature,
-              seed=0, progress=True) -> dict:
+              seed=0, progress=True, p_min=None) -> dict:
     stops = stop_ids(tokenizer)
     per = {b: {"tpot": [], "tau": [], "tokens": [], "time": [], "draft": [], "verify": [],
                "lengths": [], "correct": []} for b in [1, *block_sizes]}
@@ -49,7 +51,7 @@ def run_suite(target, tokenizer, drafter, rows, block_sizes, max_new_tokens, tem
             gen = torch.Generator().manual_seed(seed + i)
             o = speculative_generate(target, drafter if b > 1 else None, ids, max_new_tokens,
                                      block_size=b, temperature=temperature,
-                                     stop_token_ids=stops, generator=gen)
+                                     stop_token_ids=stops, generator=gen, p_min=p_min)
             outs[b] = o
             p = per[b]
             p["tpot"].append(o.tpot)
@@ -203,8 +205,15 @@ def main(argv=None) -> dict:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suites", nargs="+", default=["arithmetic", "code"],
                    help="files in data/prompts (arithmetic code humaneval mtbench gsm8k math500)")
-    p.add_argument("--n", type=int, default=10, help="prompts per suite")
-    p.add_argument("--block-sizes", type=int, nargs="+", default=[16])
+    p.add_argument("--n", type=int, default=10, help="prompts per suite (the first n of the part)")
+    p.add_argument("--split", choices=corpus.SPLITS, default="test",
+                   help="which part of each suite: test (default: the prompts after the first "
+                        f"{corpus.DEV_PROMPTS}, where results are reported), dev (the first "
+                        f"{corpus.DEV_PROMPTS}, where settings are chosen) or all")
+    p.add_argument("--block-sizes", type=int, nargs="+", default=None,
+                   help="block sizes against plain decoding (default: the drafter's)")
+    p.add_argument("--p-min", type=float, default=None,
+                   help="the confidence cut (default: the drafter's decoding.json, else 0: none)")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--target", default=None)
@@ -257,12 +266,16 @@ def main(argv=None) -> dict:
         from . import batch_bench
         try:
             return batch_bench.run(target, tokenizer, drafter, a.suites, a.batch_sizes, a.threads,
-                                   a.n, a.block_sizes[0], a.max_new_tokens, command,
+                                   a.n, (a.block_sizes or [drafter.block_size])[0],
+                                   a.max_new_tokens, command, split=a.split,
                                    after_suite=lambda r: write(r, a.json, batch_bench.plot))
         except ValueError as e:
             p.error(str(e))
-    results = {"block_sizes": a.block_sizes, "temperature": a.temperature,
-               "max_new_tokens": a.max_new_tokens, "n": a.n, "threads": torch.get_num_threads(),
+    a.block_sizes = a.block_sizes or [drafter.block_size]
+    p_min = drafter.p_min if a.p_min is None else a.p_min
+    results = {"block_sizes": a.block_sizes, "p_min": p_min, "temperature": a.temperature,
+               "max_new_tokens": a.max_new_tokens, "n": a.n, "split": a.split,
+               "threads": torch.get_num_threads(),
                "drafter_layers": drafter.config.num_hidden_layers,
                "draft_vocab": None if drafter.draft_vocab is None else drafter.draft_vocab.numel(),
                "command": command,
@@ -270,9 +283,10 @@ def main(argv=None) -> dict:
     warm_up(target, tokenizer, drafter, a.block_sizes)
     t0 = time.time()
     for suite in a.suites:
-        rows = corpus.read_jsonl(PROMPTS_DIR / f"{suite}.jsonl")[: a.n]
+        rows = suite_rows(suite, a)
         results["suites"][suite] = r = run_suite(target, tokenizer, drafter, rows, a.block_sizes,
-                                                 a.max_new_tokens, a.temperature)
+                                                 a.max_new_tokens, a.temperature, p_min=p_min)
+        r["prompts_used"] = corpus.split_label(suite, a.split, len(rows))
         for b, s in r["block_sizes"].items():
             acc = "" if s["accuracy"] is None else f"  accuracy {s['accuracy']:.2f} (plain {r['plain_accuracy']:.2f})"
             print(f"{suite:>11}  B={b:>2}  tau {s['tau']:.2f}  speedup {s['speedup']:.2f}x  "
@@ -285,6 +299,16 @@ def main(argv=None) -> dict:
     results["wall_s"] = round(time.time() - t0, 1)
     write(results, a.json, plot)
     return results
+
+
+def suite_rows(suite: str, a) -> list[dict]:
+    """The prompts a run reads, said once on stderr (which part of the suite they are)."""
+    try:
+        rows = corpus.suite_prompts(suite, a.split, a.n)
+    except ValueError as e:
+        raise SystemExit(f"bench: {e}") from None
+    print(f"{corpus.split_label(suite, a.split, len(rows))}", file=sys.stderr)
+    return rows
 
 
 def write(results: dict, json_path: str | None, plot_fn) -> None:
@@ -306,16 +330,22 @@ def compare(a, target, tokenizer, command: str) -> dict:
             print(f"{name:>18}: " + " ".join(f"{t:.1f}" for t in ms) + "  ms for 1..16 tokens")
         plot = m.plot_draft_cost
     else:
+        try:
+            for spec in a.methods:
+                m.parse(spec)
+        except ValueError as e:
+            raise SystemExit(f"bench --methods: {e}") from None
         drafters = m.load_method_drafters(a.methods, target, a.drafter, a.ar_drafter)
         result = {"methods": a.methods, "max_new_tokens": a.max_new_tokens, "n": a.n,
-                  "threads": torch.get_num_threads(), "suites": {}}
+                  "split": a.split, "threads": torch.get_num_threads(), "suites": {}}
         m.run_methods(target, tokenizer, [{"messages": [{"role": "user", "content": "warm up"}]}],
                       a.methods, drafters, 16, progress=False)
         t0 = time.time()
         for suite in a.suites:
-            rows = corpus.read_jsonl(PROMPTS_DIR / f"{suite}.jsonl")[: a.n]
+            rows = suite_rows(suite, a)
             result["suites"][suite] = r = m.run_methods(target, tokenizer, rows, a.methods, drafters,
                                                         a.max_new_tokens)
+            r["prompts_used"] = corpus.split_label(suite, a.split, len(rows))
             for spec, s in r["methods"].items():
                 tau = "  -  " if s["tau"] is None else f"{s['tau']:.2f}"
                 split = ("" if s["draft_ms_per_step"] is None else

@@ -3,9 +3,16 @@
 The paper's comparison (DFlash against EAGLE-3) plus what a user has without training anything:
 
     plain          speculative_generate with block size 1 (the baseline of every ratio)
-    dflash:B       the DFlash drafter, block size B (B-1 tokens drafted in ONE pass)
+    dflash         the DFlash drafter with speculative_generate's defaults (the drafter's block
+                   size and its decoding.json cut): what a user gets by calling it plainly
+    dflash:B       the DFlash drafter, block size B (B-1 tokens drafted in ONE pass), all verified
+    dflash:B/pP    the same, with the confidence cut at P: only the leading drafts the drafter
+                   gives probability >= P are verified (verifier.confident_prefix)
     ar:k           the EAGLE-3-style drafter (ar_drafter.py), k tokens drafted in k passes,
                    verified as a block of k+1 by the same loop
+    ar:k/pP        the same with the cut: its chain stops at its first token below P
+    tree:B/nN/topK a tree of N drafted nodes from the block's per-slot top-K (tree.py), verified
+                   in one target pass
     lookup:k       transformers' prompt-lookup decoding, ``generate(prompt_lookup_num_tokens=k)``
     generate       transformers' plain greedy ``generate()``
 
@@ -25,6 +32,7 @@ pass does not depend on them), over a cached context, as the paper's figure 3 do
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from tqdm.auto import tqdm
@@ -37,23 +45,57 @@ from ..verifier import clock, crop_cache, speculative_generate
 from .metrics import LOOPING, correct, repeated_4gram_share
 
 
-def parse(spec: str) -> tuple[str, int, str | None]:
-    """'dflash:16@path' -> ('dflash', 16, 'path'); 'plain' -> ('plain', 1, None)."""
+class Method(NamedTuple):
+    kind: str                    # plain | dflash | ar | tree | lookup | generate
+    k: int | None                # block size (dflash, tree), drafted tokens (ar, lookup)
+    path: str | None = None      # a drafter other than the default ("@PATH")
+    p_min: float | None = None   # the confidence cut (None: the drafter's default)
+    nodes: int | None = None     # tree node budget
+    top_k: int | None = None     # tree candidates per slot
+
+
+def parse(spec: str) -> Method:
+    """'dflash:16/p0.3@path' -> Method('dflash', 16, 'path', 0.3); 'plain' -> Method('plain', 1).
+
+    A method's parameters are in its name: ``kind[:k][/pP][/nN][/topK][@PATH]``.
+    """
     name, _, path = spec.partition("@")
-    kind, _, k = name.partition(":")
-    if kind not in ("plain", "dflash", "ar", "lookup", "generate"):
-        raise ValueError(f"unknown method {spec!r}: use plain, dflash:B, ar:k, lookup:k, generate")
-    if kind in ("dflash", "ar", "lookup") and not k.isdigit():
+    head, *opts = name.split("/")
+    kind, _, k = head.partition(":")
+    kinds = ("plain", "dflash", "ar", "tree", "lookup", "generate")
+    if kind not in kinds:
+        raise ValueError(f"unknown method {spec!r}: use plain, dflash, dflash:B, dflash:B/pP, "
+                         f"ar:k, ar:k/pP, tree:B/nN/topK, lookup:k, generate")
+    if kind in ("ar", "tree", "lookup") and not k.isdigit():
         raise ValueError(f"method {spec!r} needs a number, e.g. {kind}:8")
-    return kind, int(k) if k else 1, path or None
+    if k and not k.isdigit():
+        raise ValueError(f"method {spec!r}: {k!r} is not a number")
+    values = {}
+    for opt in opts:
+        key = next((key for key in ("top", "p", "n") if opt.startswith(key)), None)
+        try:
+            values[key] = (float if key == "p" else int)(opt[len(key or ""):])
+        except (TypeError, ValueError):
+            raise ValueError(f"method {spec!r}: option {opt!r} is not pP (confidence cut), nN "
+                             f"(tree nodes) or topK (tree candidates per slot)") from None
+    if "p" in values and kind not in ("dflash", "ar"):
+        raise ValueError(f"method {spec!r}: /pP (the confidence cut) is for dflash and ar")
+    if kind == "tree" and not {"n", "top"} <= set(values):
+        raise ValueError(f"method {spec!r}: a tree needs its node budget and candidates, e.g. "
+                         f"tree:16/n24/top4")
+    if kind != "tree" and {"n", "top"} & set(values):
+        raise ValueError(f"method {spec!r}: /nN and /topK are for tree")
+    p_min = values.get("p", 0.0 if kind in ("dflash", "ar") and k else None)
+    return Method(kind, int(k) if k else (None if kind == "dflash" else 1), path or None, p_min,
+                  values.get("n"), values.get("top"))
 
 
 def load_method_drafters(specs, target, dflash_default=None, ar_default=None) -> dict:
     """spec -> drafter (None for methods without one), each file loaded once."""
     cache, out = {}, {}
     for spec in specs:
-        kind, _, path = parse(spec)
-        if kind == "dflash":
+        kind, _, path = parse(spec)[:3]
+        if kind in ("dflash", "tree"):
             key = ("dflash", path or dflash_default)
             if key not in cache:
                 cache[key] = load_drafter(key[1], target=target)
@@ -78,26 +120,36 @@ def _generate(target, ids, max_new_tokens, stops, lookup: int | None):
     return out[:, ids.shape[1]:], clock(ids.device) - t0
 
 
+def decode(target, drafter, ids, max_new_tokens, stops, m: Method):
+    """One greedy decode with method m (not lookup or generate): a GenerationResult."""
+    if m.kind == "tree":
+        from ..tree import tree_generate
+        return tree_generate(target, drafter, ids, max_new_tokens, block_size=m.k,
+                             node_budget=m.nodes, top_k=m.top_k, stop_token_ids=stops)
+    B = 1 if m.kind == "plain" else (m.k if m.kind == "dflash" else m.k + 1)
+    return speculative_generate(target, drafter, ids, max_new_tokens, block_size=B,
+                                stop_token_ids=stops, p_min=m.p_min)
+
+
 def run_methods(target, tokenizer, rows, specs, drafters, max_new_tokens=256, progress=True) -> dict:
     """Decode every prompt with every method (greedy); per-method figures for this suite."""
     stops = stop_ids(tokenizer)
     specs = ["plain"] + [s for s in specs if s != "plain"]
-    per = {s: {"tpot": [], "tau": [], "draft_ms": [], "verify_ms": [], "same": [], "correct": []}
-           for s in specs}
+    per = {s: {"tpot": [], "tau": [], "draft_ms": [], "verify_ms": [], "same": [], "correct": [],
+               "verified": []} for s in specs}
     looping = []                                  # per prompt: does plain decoding's answer loop?
     for i, row in enumerate(tqdm(rows, desc="prompts", disable=not progress, leave=False)):
         ids = chat_ids(tokenizer, row["messages"])
         order = specs[i % len(specs):] + specs[:i % len(specs)]       # rotate who goes first
         results = {}
         for spec in order:
-            kind, k, _ = parse(spec)
-            if kind in ("lookup", "generate"):
-                new, wall = _generate(target, ids, max_new_tokens, stops, k if kind == "lookup" else None)
+            m = parse(spec)
+            if m.kind in ("lookup", "generate"):
+                new, wall = _generate(target, ids, max_new_tokens, stops,
+                                      m.k if m.kind == "lookup" else None)
                 results[spec] = {"new": new[0].tolist(), "wall": wall}
                 continue
-            B = 1 if kind == "plain" else (k if kind == "dflash" else k + 1)
-            r = speculative_generate(target, drafters.get(spec), ids, max_new_tokens, block_size=B,
-                                     stop_token_ids=stops)
+            r = decode(target, drafters.get(spec), ids, max_new_tokens, stops, m)
             results[spec] = {"new": r.new_ids.tolist(), "result": r}
         plain = results["plain"]["result"]
         looping.append(repeated_4gram_share(results["plain"]["new"]) > LOOPING)
@@ -110,6 +162,7 @@ def run_methods(target, tokenizer, rows, specs, drafters, max_new_tokens=256, pr
                 p["tau"].append(r.tau)
                 p["draft_ms"].append(1e3 * r.draft_time / steps)
                 p["verify_ms"].append(1e3 * r.verify_time / steps)
+                p["verified"].append(sum(r.verified) / steps)
             else:   # generate: wall time less this prompt's prefill, per new token
                 p["tpot"].append(max(0.0, got["wall"] - plain.prefill_time) / max(1, len(got["new"])))
             p["same"].append(got["new"] == results["plain"]["new"])
@@ -124,6 +177,7 @@ def run_methods(target, tokenizer, rows, specs, drafters, max_new_tokens=256, pr
         drafter = drafters.get(spec)
         out[spec] = {"tau": mean(p["tau"]), **split, "draft_ms_per_step": mean(p["draft_ms"]),
                      "verify_ms_per_step": mean(p["verify_ms"]), "tpot_ms": 1e3 * mean(p["tpot"]),
+                     "verified_per_step": mean(p["verified"]),
                      "speedup": base / mean(p["tpot"]), "identical": all(p["same"]),
                      "accuracy": mean(checks) if checks else None,
                      "layers": None if drafter is None else drafter.config.num_hidden_layers}
@@ -208,11 +262,11 @@ def families(methods: dict) -> dict[str, list[tuple[str, dict]]]:
     the AR drafter over k. Each curve: [(point label, figures)] sorted by draft time."""
     curves = {}
     for spec, s in methods.items():
-        kind, k, _ = parse(spec)
-        if kind == "dflash":
-            name, label = f"DFlash, B = {k}", f"{s['layers']}L"
-        elif kind == "ar":
-            name, label = f"AR, {s['layers']} layer", f"k={k}"
+        m = parse(spec)
+        if m.kind == "dflash" and m.k and not m.p_min:
+            name, label = f"DFlash, B = {m.k}", f"{s['layers']}L"
+        elif m.kind == "ar" and not m.p_min:
+            name, label = f"AR, {s['layers']} layer", f"k={m.k}"
         else:
             continue
         curves.setdefault(name, []).append((label, s))
