@@ -1,0 +1,374 @@
+"""Tree verification (tree.py), each piece against the obvious version of it.
+
+build_tree: the best-N paths by brute force over all paths, prefix-closed, parents first. The
+tree pass: every node's logits and last hidden state equal a sequential decode of its path
+(Qwen3 and Llama; additive float and bool masks under SDPA, float under eager). keep_columns:
+exactly the root's and the path's columns (against batch.compact, and by decoding on from the
+cache). tree_generate: greedy output identical to plain greedy decoding for random drafters and
+for drafters that are often right (paths accepted, through second-ranked branches too), with stop
+tokens; top_k 1 is the chain; the drafter's context is the committed tokens' target features. At
+T = 1 the outputs' distribution is the target's (chi-square), and a planted wrong rule fails it.
+"""
+
+import itertools
+import random
+
+import pytest
+import torch
+from scipy import stats
+from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+
+import minidflash.tree as tree_mod
+from minidflash import batch as ragged
+from minidflash.drafter import DFlashDrafter, target_features
+from minidflash.tree import (accept_tree, build_tree, keep_columns, tree_attention_mask,
+                             tree_generate)
+from minidflash.verifier import cache_kwargs, speculative_generate
+from tests import helpers
+from tests.helpers import random_drafter, tiny_target
+
+
+def plain_greedy(target, ids, n, stop=None):
+    return target.generate(ids, do_sample=False, max_new_tokens=n, eos_token_id=stop,
+                           pad_token_id=0, attention_mask=torch.ones_like(ids))
+
+
+def paths(tree) -> list[tuple]:
+    """Each node's path from the root, as a tuple of tokens."""
+    out = []
+    for t, p in zip(tree.tokens.tolist(), tree.parents.tolist()):
+        out.append((out[p] if p >= 0 else ()) + (t,))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# build_tree and the mask
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", range(12))
+def test_build_tree_is_the_best_paths(seed):
+    rng = random.Random(seed)
+    D, V = rng.randint(1, 4), rng.randint(2, 7)
+    k = rng.randint(1, V)
+    logits = torch.randn(D, V, generator=torch.Generator().manual_seed(seed)) * 2
+    log_q = torch.log_softmax(logits.double(), -1)
+    top = log_q.topk(k, -1).indices.tolist()
+    every = [p for j in range(1, D + 1) for p in itertools.product(*top[:j])]   # all candidates
+    score = {p: sum(float(log_q[i, x]) for i, x in enumerate(p)) for p in every}
+    for budget in sorted({0, 1, rng.randint(2, 8), len(every), len(every) + 3}):
+        tree = build_tree(logits, budget, k)
+        got = paths(tree)
+        best = sorted(every, key=score.get, reverse=True)[:budget]
+        assert set(got) == set(best) and len(got) == len(best) == min(budget, len(every))
+        assert all(p[:-1] in got[:i] for i, p in enumerate(got) if len(p) > 1)  # parents first
+        assert (tree.parents < torch.arange(len(got))).all()
+        assert tree.depths.tolist() == [len(p) for p in got]
+        torch.testing.assert_close(tree.scores.double(), torch.tensor([score[p] for p in got],
+                                   dtype=torch.double), atol=1e-5, rtol=0)
+
+
+def test_build_tree_edges():
+    logits = torch.randn(5, 11)
+    empty = build_tree(logits, 0, 4)
+    assert empty.tokens.numel() == empty.parents.numel() == empty.depths.numel() == 0
+    chain = build_tree(logits, 5, 1)                     # top_k 1: the chain of argmaxes
+    assert chain.tokens.tolist() == logits.argmax(-1).tolist()
+    assert chain.parents.tolist() == [-1, 0, 1, 2, 3] and chain.depths.tolist() == [1, 2, 3, 4, 5]
+    assert build_tree(logits[:, :2], 100, 3).tokens.numel() == 2 + 4 + 8 + 16 + 32  # k capped at V
+
+
+def test_tree_attention_mask_sees_cache_ancestors_and_self():
+    parents = build_tree(torch.randn(4, 6), 20, 3).parents
+    n, past = len(parents), 7
+    seen = tree_attention_mask(parents, past, torch.bool)[0, 0]
+    additive = tree_attention_mask(parents, past, torch.float32)[0, 0]
+    assert seen.shape == additive.shape == (1 + n, past + 1 + n)
+    assert torch.equal(additive == 0, seen)
+    for q in range(1 + n):                               # row q: the root (0) or node q - 1
+        line, node = {0, q}, q - 1
+        while node >= 0:
+            line.add(node + 1)
+            node = int(parents[node])
+        expect = [True] * past + [j in line for j in range(1 + n)]
+        assert seen[q].tolist() == expect, f"query {q}"
+    assert tree_attention_mask(parents[:0], 3).shape == (1, 1, 1, 4)
+    with pytest.raises(ValueError, match="parents first|after its parent"):
+        tree_attention_mask(torch.tensor([-1, 2, 0]), 3)
+
+
+# --------------------------------------------------------------------------------------------
+# The tree pass and the cache it leaves
+# --------------------------------------------------------------------------------------------
+
+def tiny_llama(seed=0, vocab=97):
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    model = LlamaForCausalLM(cfg).eval().requires_grad_(False)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(20.0)
+    return model
+
+
+@pytest.mark.parametrize("model,attention,kind", [
+    ("qwen3", "sdpa", torch.float32), ("qwen3", "sdpa", torch.bool), ("qwen3", "eager", torch.float32),
+    ("llama", "sdpa", torch.float32), ("llama", "sdpa", torch.bool)])
+def test_tree_pass_equals_sequential_decode(model, attention, kind):
+    """Each node's logits and last hidden state after ONE pass over the tree equal those of its
+    path decoded on its own; after keep_columns the cache decodes on as the path's own would."""
+    target = tiny_target(3, layers=3) if model == "qwen3" else tiny_llama(3)
+    target.set_attn_implementation(attention)
+    gen = torch.Generator().manual_seed(1)
+    prompt = torch.randint(0, 96, (1, 9), generator=gen)
+    root = torch.randint(0, 96, (1, 1), generator=gen)
+    tree = build_tree(torch.randn(5, 96, generator=gen), 14, 3)
+    n, S = len(tree.tokens), prompt.shape[1]
+    with torch.no_grad():
+        cache = DynamicCache()
+        target(input_ids=prompt, **cache_kwargs(target, cache))
+        ids = torch.cat([root[0], tree.tokens])[None]                           # (1, 1+n)
+        pos = S + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths])[None]
+        out = target(input_ids=ids, position_ids=pos, **cache_kwargs(target, cache),
+                     attention_mask=tree_attention_mask(tree.parents, S, kind),
+                     output_hidden_states=True)
+        for q, path in enumerate([()] + paths(tree)):
+            alone = target(torch.cat([prompt, root, torch.tensor([path], dtype=torch.long)], 1),
+                           output_hidden_states=True)
+            torch.testing.assert_close(out.logits[0, q], alone.logits[0, -1], atol=1e-4, rtol=0)
+            torch.testing.assert_close(out.hidden_states[-1][0, q], alone.hidden_states[-1][0, -1],
+                                       atol=1e-4, rtol=0)
+        leaf = int(tree.depths.argmax())                 # the deepest node's path is kept
+        keep, node = [], leaf
+        while node >= 0:
+            keep, node = [node + 1] + keep, int(tree.parents[node])
+        keep_columns(cache, S, [0] + keep)
+        assert cache.get_seq_length() == S + 1 + len(keep)
+        nxt = torch.tensor([[5]])
+        on = target(input_ids=nxt, position_ids=torch.tensor([[S + 1 + len(keep)]]),
+                    **cache_kwargs(target, cache))
+        full = torch.cat([prompt, root, tree.tokens[[k - 1 for k in keep]][None], nxt], 1)
+        torch.testing.assert_close(on.logits[0, -1], target(full).logits[0, -1], atol=1e-4, rtol=0)
+
+
+def test_keep_columns_keeps_root_and_path():
+    """Columns 0..start-1 and start + keep, in order, in every layer: the same cache as
+    batch.compact makes from the equivalent valid mask."""
+    start, n, keep = 6, 7, [0, 2, 3, 7]
+    made = []
+    for _ in range(2):
+        cache, gen = DynamicCache(), torch.Generator().manual_seed(0)
+        for layer in range(3):
+            cache.update(torch.randn(1, 2, start + 1 + n, 4, generator=gen),
+                         torch.randn(1, 2, start + 1 + n, 4, generator=gen), layer)
+        made.append(cache)
+    cache, other = made
+    before = [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
+    keep_columns(cache, start, keep)
+    columns = list(range(start)) + [start + k for k in keep]
+    valid = torch.zeros(1, start + 1 + n, dtype=torch.bool)
+    valid[0, columns] = True
+    ragged.compact(other, valid, at=0.0)
+    assert cache.get_seq_length() == other.get_seq_length() == len(columns)
+    for (k, v), layer, ref in zip(before, cache.layers, other.layers):
+        assert torch.equal(layer.keys, k[:, :, columns]) and torch.equal(layer.values, v[:, :, columns])
+        assert torch.equal(layer.keys, ref.keys) and torch.equal(layer.values, ref.values)
+
+
+def test_accept_tree_walks_to_the_target_choice():
+    tokens, parents = torch.tensor([4, 7, 2, 4, 9]), torch.tensor([-1, -1, 0, 1, 2])
+    logits = torch.zeros(6, 10)
+    logits[0, 7] = logits[2, 4] = logits[4, 1] = 1      # root -> 7 (node 2) -> 4 (node 4) -> 1
+    assert accept_tree(tokens, parents, logits) == ([2, 4], 1)
+    logits[0, 7], logits[0, 3] = 0, 1                    # 3 is no child of the root
+    assert accept_tree(tokens, parents, logits) == ([], 3)
+
+
+# --------------------------------------------------------------------------------------------
+# Greedy: token identity with plain decoding
+# --------------------------------------------------------------------------------------------
+
+class BoostedDrafter(DFlashDrafter):
+    """A random drafter told the target's greedy continuation ``reference``: at each slot the
+    true token is made the drafter's first choice (p_first), its second behind a random decoy
+    (p_second), or left where it is. Records every block_logits call (start, features, cache)."""
+
+    def __init__(self, base, reference, p_first, p_second, seed):
+        super().__init__(base.config)
+        self.load_state_dict(base.state_dict())
+        self.to(next(base.parameters()).dtype).eval().requires_grad_(False)
+        self.reference, self.p_first, self.p_second = reference[0], p_first, p_second
+        self.rng = torch.Generator().manual_seed(seed)
+        self.calls = []
+
+    def block_logits(self, target, last_token, target_hidden, start, cache, block_size=None,
+                     context_mask=None):
+        self.calls.append((int(start), target_hidden.clone(), cache.get_seq_length()))
+        logits = super().block_logits(target, last_token, target_hidden, start, cache,
+                                      block_size, context_mask).clone()        # (1, B-1, V)
+        truth = self.reference[start + 1:start + 1 + logits.shape[1]].tolist()
+        for j, t in enumerate(truth):
+            u, decoy = float(torch.rand(1, generator=self.rng)), t
+            while decoy == t:
+                decoy = int(torch.randint(0, logits.shape[-1], (1,), generator=self.rng))
+            top = logits[0, j].max()
+            if u < self.p_first + self.p_second:
+                logits[0, j, t] = top + 4
+            if self.p_first <= u < self.p_first + self.p_second:
+                logits[0, j, decoy] = top + 5
+        return logits
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_greedy_identical_random_drafter(seed):
+    rng = random.Random(seed)
+    target = tiny_target(seed, vocab=rng.choice([61, 97]), layers=rng.choice([2, 3]))
+    drafter = random_drafter(target, seed)
+    ids = torch.randint(0, target.config.vocab_size - 1, (1, rng.randint(1, 20)))
+    n, B = rng.randint(1, 50), rng.randint(2, 16)
+    full = plain_greedy(target, ids, n)
+    stop = int(full[0, rng.randrange(ids.shape[1], full.shape[1])])
+    ref = plain_greedy(target, ids, n, stop=stop)
+    for budget, k in [(0, 1), (B - 1, 1), (8, 4), (rng.randint(1, 30), rng.randint(1, 8))]:
+        out = tree_generate(target, drafter, ids, n, block_size=B, node_budget=budget, top_k=k,
+                            stop_token_ids=[stop])
+        assert torch.equal(out.output_ids, ref), f"B={B} budget={budget} top_k={k}"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_greedy_identical_with_accepted_paths(seed):
+    """A drafter often right, often only at its second choice: long paths are accepted, through
+    second-ranked branches the chain never drafts; the output is still plain decoding's."""
+    rng = random.Random(100 + seed)
+    target = tiny_target(seed, vocab=89, layers=3)
+    ids = torch.randint(0, 88, (1, rng.randint(2, 12)))
+    n = rng.randint(40, 80)
+    full = plain_greedy(target, ids, n)
+    new = full[0, ids.shape[1]:].tolist()
+    stop = rng.choice([t for t in new if new.index(t) >= 20] or [None])  # a late first stop
+    ref, stops = plain_greedy(target, ids, n, stop=stop), [stop] if stop is not None else []
+    padded = torch.cat([full, torch.zeros(1, 32, dtype=torch.long)], 1)
+    base = random_drafter(target, seed)
+    tau, B_chain = {}, rng.randint(3, 16)
+    for budget, k, B in [(8, 2, 8), (16, 4, 16), (32, 3, 12), (B_chain - 1, 1, B_chain)]:
+        drafter = BoostedDrafter(base, padded, 0.6, 0.3, seed)
+        out = tree_generate(target, drafter, ids, n, block_size=B, node_budget=budget, top_k=k,
+                            stop_token_ids=stops)
+        assert torch.equal(out.output_ids, ref), f"budget={budget} top_k={k} B={B}"
+        assert max(out.acceptance_lengths) <= B and len(out.drafted) == out.num_new_tokens
+        tau[budget, k] = out.tau
+    chain = speculative_generate(target, BoostedDrafter(base, padded, 0.6, 0.3, seed), ids, n,
+                                 block_size=16, stop_token_ids=stops)
+    assert torch.equal(chain.output_ids, ref)
+    assert tau[16, 4] > 1.5                     # paths were accepted: multi-token steps tested
+    assert tau[16, 4] > chain.tau               # and branches beyond the chain's
+
+
+def test_top_k_one_is_the_chain():
+    target = tiny_target(4, vocab=89, layers=3)
+    ids = torch.randint(0, 88, (1, 6))
+    ref = plain_greedy(target, ids, 60)
+    padded = torch.cat([ref, torch.zeros(1, 32, dtype=torch.long)], 1)
+    base = random_drafter(target, 4)
+    for B in (4, 16):
+        tree = tree_generate(target, BoostedDrafter(base, padded, 0.8, 0.0, 1), ids, 60,
+                             block_size=B, node_budget=B - 1, top_k=1)
+        chain = speculative_generate(target, BoostedDrafter(base, padded, 0.8, 0.0, 1), ids, 60,
+                                     block_size=B)
+        assert torch.equal(tree.output_ids, ref) and torch.equal(chain.output_ids, ref)
+        assert tree.acceptance_lengths == chain.acceptance_lengths and tree.tau > 1.5
+
+
+def test_drafter_context_is_the_committed_features():
+    """Every draft gets the target features of exactly the tokens committed since the last one
+    (the root and the accepted path, not the other nodes), and its cache holds the rest."""
+    target = tiny_target(6, vocab=89, layers=3)
+    ids = torch.randint(0, 88, (1, 7))
+    ref = plain_greedy(target, ids, 50)
+    drafter = BoostedDrafter(random_drafter(target, 6), torch.cat([ref, ref], 1), 0.5, 0.4, 2)
+    out = tree_generate(target, drafter, ids, 50, block_size=8, node_budget=12, top_k=3)
+    assert torch.equal(out.output_ids, ref) and out.tau > 1.5
+    with torch.no_grad():
+        states = target(out.output_ids, output_hidden_states=True).hidden_states
+    features = target_features(states, drafter.target_layer_ids)                  # (1, S, L_f*H)
+    assert drafter.calls[0][0] == ids.shape[1] and len(drafter.calls) == len(out.acceptance_lengths)
+    for (start, hidden, cached), a in zip(drafter.calls[1:], out.acceptance_lengths):
+        assert hidden.shape[1] == a and cached + a == start
+        torch.testing.assert_close(hidden[0], features[0, start - a:start], atol=1e-4, rtol=0)
+
+
+def test_refuses_bad_arguments():
+    target = tiny_target(0, vocab=61, layers=2)
+    drafter = random_drafter(target, 0, block_size=8)
+    ids = torch.randint(0, 60, (1, 4))
+    for kwargs, match in [({"node_budget": -1}, "node_budget"), ({"top_k": 0}, "top_k"),
+                          ({"block_size": 1}, "block_size"), ({"block_size": 9}, "block_size"),
+                          ({"temperature": -1.0}, "temperature")]:
+        with pytest.raises(ValueError, match=match):
+            tree_generate(target, drafter, ids, 5, **kwargs)
+    with pytest.raises(ValueError, match="one sequence at a time"):
+        tree_generate(target, drafter, ids.repeat(2, 1), 5)
+    with pytest.raises(ValueError, match="DFlash drafter"):
+        tree_generate(target, None, ids, 5)
+
+
+# --------------------------------------------------------------------------------------------
+# Sampling: the exact distribution, and a wrong rule that fails the same test
+# --------------------------------------------------------------------------------------------
+
+V, N_STOP, STOP, TEMP = 4, 4, 2, 1.0
+
+
+@pytest.fixture(scope="module")
+def sampling_setup():
+    target = tiny_target(7, vocab=V, layers=2, hidden=32, heads=2, kv_heads=1)
+    with torch.no_grad():
+        target.lm_head.weight.mul_(0.1)  # 20x from tiny_target was too sharp for V = 4
+    drafter = random_drafter(target, 7, mask_token_id=V - 1)
+    ids = torch.tensor([[1, 2, 0]])
+    return target, drafter, ids, helpers.exact_stopped_distribution(target, ids, V, N_STOP, STOP, TEMP)
+
+
+def sampled_pvalue(target, drafter, ids, probs, n=1500):
+    """Chi-square p-value of n tree_generate outputs (B = 3, a 5-node tree of top-2 lists) against
+    the exact distribution; outcomes expected fewer than 5 times are pooled into one bin."""
+    gen, counts, accepted = torch.Generator().manual_seed(0), {}, 0
+    for _ in range(n):
+        out = tree_generate(target, drafter, ids, N_STOP, block_size=3, node_budget=5, top_k=2,
+                            temperature=TEMP, stop_token_ids=[STOP], generator=gen)
+        key = tuple(out.new_ids.tolist())
+        counts[key] = counts.get(key, 0) + 1
+        accepted += sum(out.drafted)
+    assert set(counts) <= set(probs), f"impossible outputs: {sorted(set(counts) - set(probs))[:5]}"
+    assert accepted > n / 2                     # drafted tokens were accepted, paths walked
+    big = [k for k in probs if probs[k] * n >= 5]
+    obs = [counts.get(k, 0) for k in big] + [n - sum(counts.get(k, 0) for k in big)]
+    exp = [probs[k] * n for k in big] + [n * (1 - sum(probs[k] for k in big))]
+    return stats.chisquare(obs, exp).pvalue
+
+
+def test_sampling_matches_target_distribution(sampling_setup):
+    """T = 1 over several steps with a stop token: the outputs are distributed as the target's."""
+    target, drafter, ids, probs = sampling_setup
+    early = sum(p for k, p in probs.items() if len(k) < N_STOP)
+    assert abs(sum(probs.values()) - 1) < 1e-9 and 0.3 < early < 0.7
+    assert sampled_pvalue(target, drafter, ids, probs) > 1e-3
+
+
+def wrong_accept_tree(tokens, parents, logits, temperature=0.0, generator=None):
+    """A plausible bug: when the target's sample is any child, move to the drafter's best child
+    (the first listed) instead of the child that holds the sample."""
+    path, node = [], 0
+    while True:
+        y = tree_mod.sample(logits[node], temperature, generator)
+        kids = [i + 1 for i, p in enumerate(parents.tolist()) if p + 1 == node]
+        if y not in [int(tokens[i - 1]) for i in kids]:
+            return path, y
+        node = kids[0]
+        path.append(node)
+
+
+def test_wrong_tree_rule_is_caught(sampling_setup, monkeypatch):
+    """The same test, same seed and size, rejects the planted rule: it has power."""
+    target, drafter, ids, probs = sampling_setup
+    monkeypatch.setattr(tree_mod, "accept_tree", wrong_accept_tree)
+    assert sampled_pvalue(target, drafter, ids, probs) < 1e-6
