@@ -1,5 +1,5 @@
 """Answers kept as token ids (tools/answers.py) and their features from one teacher-forced pass
-(trainer.feature_pass): the pass must give what the full forward gives, stop where it says it
+(train_data.feature_pass): the pass must give what the full forward gives, stop where it says it
 stops, and the shards must come back as they went in, or not be there at all."""
 
 import json
@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from minidflash import trainer
+from minidflash import train_data
 from minidflash.tools import answers, train_drafter
 from tests.helpers import tiny_target
 
@@ -29,10 +29,10 @@ def test_feature_pass_equals_one_full_forward_per_row(layer_ids, topk):
     positions) are those of a forward over that row alone (``target_pass``)."""
     target = tiny_target()
     data = rows_of([40, 91, 17, 64, 120])
-    made = trainer.feature_pass(target, data, layer_ids, topk, batch_tokens=200, progress=False)
+    made = train_data.feature_pass(target, data, layer_ids, topk, batch_tokens=200, progress=False)
     for d, m in zip(data, made):
         n, lo = len(d["ids"]), d["response_start"]
-        f, top = trainer.target_pass(target, d["ids"][None], layer_ids, topk)
+        f, top = train_data.target_pass(target, d["ids"][None], layer_ids, topk)
         assert m["features"].shape == (n - 1, len(layer_ids) * 64)
         assert close_in_fp16(m["features"], f[0, :n - 1])
         assert torch.equal(m["ids"], d["ids"]) and m["response_start"] == lo
@@ -41,7 +41,7 @@ def test_feature_pass_equals_one_full_forward_per_row(layer_ids, topk):
             assert torch.equal(m["topk_ids"].long(), top[1][0, lo - 1:n - 1])
             assert torch.allclose(m["topk_logits"].float(), top[0][0, lo - 1:n - 1], atol=1e-2)
             # and the trainer's reader places them where target_pass puts them
-            values, ids = trainer.answer_topk(m, topk, n)
+            values, ids = train_data.answer_topk(m, topk, n)
             assert torch.equal(ids[lo - 1:n - 1], top[1][0, lo - 1:n - 1])
 
 
@@ -52,10 +52,10 @@ def test_feature_pass_stops_after_the_deepest_layer_read():
              for i, layer in enumerate(target.model.layers)]
     hooks.append(target.get_output_embeddings().register_forward_hook(lambda m, a, o: ran.append("head")))
     try:
-        trainer.feature_pass(target, rows_of([30, 50]), [1, 2], progress=False)
+        train_data.feature_pass(target, rows_of([30, 50]), [1, 2], progress=False)
         assert sorted(set(ran)) == [0, 1, 2]
         ran.clear()
-        trainer.feature_pass(target, rows_of([30, 50]), [1, 2], topk=2, progress=False)
+        train_data.feature_pass(target, rows_of([30, 50]), [1, 2], topk=2, progress=False)
         assert "head" in ran and 3 in ran          # soft labels need the whole target
     finally:
         for h in hooks:
@@ -64,7 +64,7 @@ def test_feature_pass_stops_after_the_deepest_layer_read():
 
 def test_length_batches_cover_every_row_once_within_the_budget():
     lengths = [5, 300, 17, 17, 90, 2, 64, 64, 64, 250]
-    groups = trainer.length_batches(lengths, 256)
+    groups = train_data.length_batches(lengths, 256)
     assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
     for g in groups:
         assert len(g) == 1 or len(g) * max(lengths[i] for i in g) <= 256
@@ -114,7 +114,7 @@ def test_train_reads_kept_answers_and_caches_their_features(tmp_path, monkeypatc
     (folder / answers.MANIFEST).write_text(json.dumps({"recipe": {}, "shards": shards}))
     monkeypatch.setattr(train_drafter, "CACHE_DIR", tmp_path / "cache")
     calls = []
-    real = trainer.feature_pass
+    real = train_data.feature_pass
     monkeypatch.setattr(train_drafter, "feature_pass", lambda *a, **k: calls.append(1) or real(*a, **k))
     argv = ["--target", "data/target", "--answers", str(folder), "--features", "offline",
             "--steps", "2", "--batch-size", "2", "--eval-every", "1", "--block-size", "8",
@@ -177,7 +177,7 @@ def test_train_reads_several_answer_folders_in_order(tmp_path, monkeypatch):
     assert [len(d["ids"]) for d in seen["data"]] == [60, 80, 70, 65]
     # a folder named twice weighs double; its features are made once (the cache serves the rest)
     calls = []
-    real = trainer.feature_pass
+    real = train_data.feature_pass
     monkeypatch.setattr(train_drafter, "feature_pass", lambda *a, **k: calls.append(1) or real(*a, **k))
     train_drafter.main(["--target", "data/target", "--answers", folders[1], folders[0], folders[1],
                         "--features", "offline", "--target-layer-ids", "0,2,4",

@@ -279,7 +279,7 @@ def test_math_and_code_match_the_suites_templates():
 
 
 # --------------------------------------------------------------------------------------------
-# Their regeneration: the target's features captured while it answers (trainer.regenerate)
+# Their regeneration: the target's features captured while it answers (train_data.regenerate)
 # --------------------------------------------------------------------------------------------
 
 class IdsTokenizer:
@@ -290,39 +290,39 @@ class IdsTokenizer:
 def test_regenerate_captures_the_features_a_fresh_forward_gives(monkeypatch):
     import torch
 
-    from minidflash import trainer
+    from minidflash import train_data
     from tests.helpers import tiny_target
 
     target = tiny_target(5, vocab=97, layers=4)
     torch.manual_seed(2)
     prompts = [{"messages": [{"role": "user", "content": " ".join(
         str(t) for t in torch.randint(1, 96, (n,)).tolist())}]} for n in (4, 9, 6, 12, 7)]
-    monkeypatch.setattr(trainer, "chat_ids", lambda tok, messages: torch.tensor(
+    monkeypatch.setattr(train_data, "chat_ids", lambda tok, messages: torch.tensor(
         [[int(t) for t in messages[0]["content"].split()]]))
     # a stop token that the first prompt's greedy answer reaches early: rows end at different steps
-    first = trainer.chat_ids(None, prompts[0]["messages"])
+    first = train_data.chat_ids(None, prompts[0]["messages"])
     stop = int(target.generate(first, do_sample=False, max_new_tokens=4, pad_token_id=0,
                                attention_mask=torch.ones_like(first))[0, -1])
-    monkeypatch.setattr(trainer, "stop_ids", lambda tok: [stop])
+    monkeypatch.setattr(train_data, "stop_ids", lambda tok: [stop])
     layer_ids = [0, 2, 3]                     # 3: the last layer, whose entry is after the norm
-    plain = trainer.regenerate(target, IdsTokenizer(), prompts, max_new_tokens=20, batch_size=5,
-                               progress=False)
+    plain = train_data.regenerate(target, IdsTokenizer(), prompts, max_new_tokens=20, batch_size=5,
+                                  progress=False)
     assert all("features" not in d for d in plain)
     for batch_size in (5, 2):                 # left padding of different widths
-        data = trainer.regenerate(target, IdsTokenizer(), prompts, max_new_tokens=20,
-                                  batch_size=batch_size, progress=False, layer_ids=layer_ids,
-                                  features_dtype=torch.float32)
+        data = train_data.regenerate(target, IdsTokenizer(), prompts, max_new_tokens=20,
+                                     batch_size=batch_size, progress=False, layer_ids=layer_ids,
+                                     features_dtype=torch.float32)
         lengths = [len(d["ids"]) - d["response_start"] for d in data]
         assert min(lengths) < 20 and max(lengths) == 20   # some stopped early, some ran out
         for d, p in zip(data, plain):
             assert torch.equal(d["ids"], p["ids"]) and d["response_start"] == p["response_start"]
-            fresh = trainer.features_of(target, d["ids"][None], layer_ids)[0]      # (S, 3*H)
+            fresh = train_data.features_of(target, d["ids"][None], layer_ids)[0]   # (S, 3*H)
             assert d["features"].dtype == torch.float32
             assert d["features"].shape == (len(d["ids"]) - 1, fresh.shape[1])
             assert torch.allclose(d["features"], fresh[:-1], atol=1e-5, rtol=0), \
                 (d["features"] - fresh[:-1]).abs().max()
-    half = trainer.regenerate(target, IdsTokenizer(), prompts[:2], max_new_tokens=20,
-                              progress=False, layer_ids=layer_ids)
+    half = train_data.regenerate(target, IdsTokenizer(), prompts[:2], max_new_tokens=20,
+                                 progress=False, layer_ids=layer_ids)
     assert half[0]["features"].dtype == torch.float16      # the default: fp16, as train() keeps them
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from minidflash import trainer
+from minidflash import train_data, trainer
 from minidflash.drafter import DRAFT_VOCAB_FILE, DFlashDrafter, load_drafter
 from minidflash.verifier import speculative_generate
 from tests.helpers import published_names, random_drafter, tiny_target
@@ -230,15 +230,15 @@ def test_bad_draft_vocabularies_are_refused_clearly(tmp_path):
 def test_draft_vocabulary_counts_answer_tokens():
     data = [{"ids": torch.tensor([9, 9, 9, 1, 2, 2, 3]), "response_start": 3},    # prompt: 9 9 9
             {"ids": torch.tensor([9, 2, 4, 4, 1]), "response_start": 1}]
-    ids, coverage = trainer.draft_vocabulary(data, 3, vocab_size=10)
+    ids, coverage = train_data.draft_vocabulary(data, 3, vocab_size=10)
     # answer counts: 2 x3, 1 x2, 4 x2, 3 x1 (9 only in prompts); ties go to the lower id
     assert ids.tolist() == [1, 2, 4] and coverage == pytest.approx(7 / 8)
-    assert trainer.draft_vocabulary(data, 10, 10)[1] == 1.0
+    assert train_data.draft_vocabulary(data, 10, 10)[1] == 1.0
     for k in (0, 11):
         with pytest.raises(ValueError, match="choose 1..10"):
-            trainer.draft_vocabulary(data, k, 10)
+            train_data.draft_vocabulary(data, k, 10)
     with pytest.raises(ValueError, match="outside 0..3"):
-        trainer.draft_vocabulary(data, 2, 4)
+        train_data.draft_vocabulary(data, 2, 4)
 
 
 def test_loss_over_the_subset_skips_labels_outside_it():
@@ -271,7 +271,7 @@ def test_training_with_a_draft_vocabulary(tmp_path):
                               batch_size=4, lr=3e-3, eval_every=40, out=str(tmp_path / "d"),
                               draft_vocab=12)
     out = trainer.train(cfg, target, Tok(60), data, progress=False)
-    vocab, coverage = trainer.draft_vocabulary(data, 12, 61)
+    vocab, coverage = train_data.draft_vocabulary(data, 12, 61)
     assert torch.equal(out["drafter"].draft_vocab, vocab)
     assert load_drafter(tmp_path / "d").draft_vocab.tolist() == vocab.tolist()
     info = json.loads((tmp_path / "d" / "training.json").read_text())["info"]["draft_vocab"]

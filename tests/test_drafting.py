@@ -22,7 +22,7 @@ import sys
 import pytest
 import torch
 
-from minidflash import trainer
+from minidflash import train_data, trainer
 from minidflash.config import PAPER, PROMPTS_DIR, TINY_DEEP_DRAFTER_DIR, TINY_DRAFTER_DIR
 from minidflash.drafter import load_drafter
 from minidflash.target import chat_ids, load_target, stop_ids
@@ -70,7 +70,7 @@ def test_proposed_drafts_equal_training_pass(shipped):
         ids = out.output_ids
         anchors = torch.tensor([[s["start"] for s in out.steps]])                 # (1, n)
         with torch.no_grad():
-            hidden = trainer.features_of(target, ids, drafter.target_layer_ids)      # (1, S, L_f*H)
+            hidden = train_data.features_of(target, ids, drafter.target_layer_ids)   # (1, S, L_f*H)
             logits = trainer.drafter_logits(drafter, target, ids, hidden, anchors)[0, :, 1:]
         for b, step in enumerate(out.steps):
             got = torch.tensor(step["draft"])                                      # (B-1,)

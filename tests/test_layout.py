@@ -8,7 +8,7 @@ PKG = Path(__file__).resolve().parent.parent / "minidflash"
 
 # Each core module and the core modules it may import (directly or lazily).
 LAYERS = ["config", "mask", "hub", "kernel", "attention", "target", "drafter", "ar_drafter", "batch",
-          "verifier", "trainer"]
+          "verifier", "train_data", "train_start", "trainer"]
 
 
 def imports_of(path: Path, pkg: str | None = None) -> list[tuple[str, list[str]]]:

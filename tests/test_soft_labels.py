@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from minidflash import trainer
+from minidflash import train_data, trainer
 from tests.helpers import tiny_target
 from tests.test_chat_prompts import IdsTokenizer
 from tests.test_trainer import Tok, toy_training_data
@@ -95,7 +95,7 @@ def test_each_slot_gets_the_logits_that_chose_its_label():
     ids = torch.stack([d["ids"] for d in data[:4]])                  # (4, 46), no padding
     gen = torch.Generator().manual_seed(0)
     anchors = torch.stack([trainer.sample_anchors(6, ids.shape[1], 8, 6, gen) for _ in range(4)])
-    _, top = trainer.target_pass(target, ids, [0, 1], topk=5)
+    _, top = train_data.target_pass(target, ids, [0, 1], topk=5)
     values, tids = trainer.slot_topk(top, anchors, 8)               # (4, 6, 8, 5)
     labels = trainer.block_labels(ids, anchors, 8)
     assert values.shape == (4, 6, 8, 5) and torch.equal(tids[:, :, 1:, 0], labels[:, :, 1:])
@@ -109,30 +109,31 @@ def test_regenerate_keeps_the_top_k_a_fresh_forward_gives(monkeypatch):
     torch.manual_seed(2)
     prompts = [{"messages": [{"role": "user", "content": " ".join(
         str(t) for t in torch.randint(1, 96, (n,)).tolist())}]} for n in (4, 9, 6, 12, 7)]
-    monkeypatch.setattr(trainer, "chat_ids", lambda tok, messages: torch.tensor(
+    monkeypatch.setattr(train_data, "chat_ids", lambda tok, messages: torch.tensor(
         [[int(t) for t in messages[0]["content"].split()]]))
-    first = trainer.chat_ids(None, prompts[0]["messages"])
+    first = train_data.chat_ids(None, prompts[0]["messages"])
     stop = int(target.generate(first, do_sample=False, max_new_tokens=4, pad_token_id=0,
                                attention_mask=torch.ones_like(first))[0, -1])
-    monkeypatch.setattr(trainer, "stop_ids", lambda tok: [stop])
-    plain = trainer.regenerate(target, IdsTokenizer(), prompts, max_new_tokens=20, batch_size=5,
-                               progress=False)
+    monkeypatch.setattr(train_data, "stop_ids", lambda tok: [stop])
+    plain = train_data.regenerate(target, IdsTokenizer(), prompts, max_new_tokens=20, batch_size=5,
+                                  progress=False)
     assert all("topk_ids" not in d for d in plain)
     for batch_size, layer_ids in ((5, None), (2, [0, 3])):
-        data = trainer.regenerate(target, IdsTokenizer(), prompts, max_new_tokens=20,
-                                  batch_size=batch_size, progress=False, layer_ids=layer_ids, topk=6)
+        data = train_data.regenerate(target, IdsTokenizer(), prompts, max_new_tokens=20,
+                                     batch_size=batch_size, progress=False, layer_ids=layer_ids,
+                                     topk=6)
         assert min(len(d["ids"]) - d["response_start"] for d in data) < 20
         for d, p in zip(data, plain):
             assert torch.equal(d["ids"], p["ids"]) and ("features" in d) == (layer_ids is not None)
             r, S = d["response_start"], len(d["ids"])
             assert d["topk_ids"].shape == (S - r, 6) and d["topk_ids"].dtype == torch.int32
             assert torch.equal(d["topk_ids"][:, 0].long(), d["ids"][r:])     # greedy: top-1 = token
-            values, tids = trainer.answer_topk(d, 4, S)                      # (S, 4), by position
-            _, (fresh_v, fresh_i) = trainer.target_pass(target, d["ids"][None], [0], topk=4)
+            values, tids = train_data.answer_topk(d, 4, S)                   # (S, 4), by position
+            _, (fresh_v, fresh_i) = train_data.target_pass(target, d["ids"][None], [0], topk=4)
             assert torch.equal(tids[r - 1:S - 1], fresh_i[0, r - 1:S - 1])
             assert torch.allclose(values[r - 1:S - 1], fresh_v[0, r - 1:S - 1], atol=2e-2, rtol=1e-3)
     with pytest.raises(ValueError, match="regenerate with topk >= 8"):
-        trainer.answer_topk(data[0], 8, 40)
+        train_data.answer_topk(data[0], 8, 40)
 
 
 # --------------------------------------------------------------------------------------------

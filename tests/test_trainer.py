@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import minidflash.mask as mask_mod
-from minidflash import config, trainer
+from minidflash import config, train_data, train_start, trainer
 from minidflash.config import PAPER, gamma_for
 from minidflash.drafter import target_features
 from minidflash.mask import block_mask
@@ -250,7 +250,8 @@ def test_the_same_config_on_other_answers_starts_over(tmp_path, monkeypatch, cap
     trainer.train(cfg, target, Tok(60), data[:10], progress=False)
     assert len(batches) == 3                            # two answers fewer: started over
     assert "other data: starting over" in capsys.readouterr().out
-    assert torch.load(tmp_path / "d.ckpt" / "state.pt")["data"] == trainer.data_fingerprint(data[:10])
+    saved = torch.load(tmp_path / "d.ckpt" / "state.pt")
+    assert saved["data"] == train_data.data_fingerprint(data[:10])
 
 
 def test_resume_from_the_middle_equals_an_uninterrupted_run(tmp_path, monkeypatch):
@@ -335,7 +336,7 @@ def test_init_from_target_copies_the_last_layers(arch):
             target.model.norm.weight.uniform_(0.5, 1.5)
     drafter = DFlashDrafter(make_drafter_config(target.config, num_hidden_layers=2, num_features=3))
     fresh = {k: v.clone() for k, v in drafter.state_dict().items()}
-    assert trainer.init_from_target(drafter, target) == [3, 4]
+    assert train_start.init_from_target(drafter, target) == [3, 4]
     for i, t in zip(range(2), (3, 4)):
         theirs = target.model.layers[t].state_dict()
         for name, value in drafter.layers[i].state_dict().items():

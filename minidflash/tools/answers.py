@@ -1,9 +1,9 @@
 """The target's answers as token ids: made several at a time, kept in data/, read by ``train``.
 
 A drafter learns from its target's own greedy answers, and on a CPU making them is the slow part.
-``trainer.regenerate`` runs transformers' ``generate()`` in fp32 and captures features on the way
-(SmolLM2-135M on a 2-core CPU: 108 answer tokens/s; the bf16 decode below makes the text at 229,
-data/README.md has the table). Here the job is split in two:
+``train_data.regenerate`` runs transformers' ``generate()`` in fp32 and captures features on the
+way (SmolLM2-135M on a 2-core CPU: 108 answer tokens/s; the bf16 decode below makes the text at
+229, data/README.md has the table). Here the job is split in two:
 
 1. **Text.** An engine answers the prompts greedily, one shard at a time:
    - ``--engine torch`` (default): ``speculative_generate_batch`` with no drafter, a plain
@@ -15,14 +15,14 @@ data/README.md has the table). Here the job is split in two:
      ``llama-cpp`` finds it) with ``--parallel`` slots decoding together (continuous batching),
      on the loopback, from the target's GGUF. For SmolLM2 that GGUF is the very file our fp32
      copy is dequantised from (``hub.PACKAGED``): the same weights, other rounding;
-   - ``--engine torch-features``: ``trainer.regenerate``, transformers' ``generate()`` in fp32
+   - ``--engine torch-features``: ``train_data.regenerate``, transformers' ``generate()`` in fp32
      capturing the features as it goes (the reference, and the throughput to beat).
 2. **Kept.** Each shard is a safetensors file of token ids (prompt and answer, int32) written
    whole or not at all, listed in ``answers.json`` with the prompts' recipe, the command and the
    shard's tokens per second. A few MB: committed, so a new machine resumes from them (a shard
    on disk is never made again) and trains without regenerating.
-3. **Features** are not kept: ``trainer.feature_pass`` computes them in one teacher-forced pass
-   (batched, stopping after the deepest layer the drafter reads), cached in cache/.
+3. **Features** are not kept: ``train_data.feature_pass`` computes them in one teacher-forced
+   pass (batched, stopping after the deepest layer the drafter reads), cached in cache/.
 
 ``python -m minidflash answers --target HuggingFaceTB/SmolLM2-135M-Instruct --out DIR ...``
 then ``python -m minidflash train --target ... --answers DIR ...``.
@@ -216,7 +216,7 @@ def torch_answers(target, rows: list[torch.Tensor], max_new_tokens: int, stops: 
 
 def make_shard(engine: str, target, tokenizer, prompts: list[dict], args, port=None) -> list[dict]:
     from ..target import chat_ids, stop_ids
-    from ..trainer import regenerate
+    from ..train_data import regenerate
 
     if engine == "torch-features":   # the previous way: generate(), features as it goes
         return [{"ids": r["ids"], "response_start": r["response_start"]}
@@ -234,7 +234,7 @@ def agreement(target, data: list[dict], batch_tokens: int = 4096) -> dict:
     """How often the fp32 torch target, fed each answer teacher-forced, picks the answer's own
     next token: 1.0 for answers made by this copy in exact arithmetic, a little less for another
     engine's (near-ties decided differently), and where the first disagreement falls."""
-    from ..trainer import right_padded
+    from ..train_data import right_padded
 
     same = total = 0
     first = []
@@ -256,9 +256,9 @@ def agreement(target, data: list[dict], batch_tokens: int = 4096) -> dict:
 def coverage(data: list[dict], held_out: list[dict], ks=(4096, 8192, 16384),
              vocab_size: int | None = None) -> dict:
     """Per K: the share of answer tokens covered by the K most frequent tokens of ``data``'s
-    answers (a draft vocabulary, ``trainer.draft_vocabulary``), in ``data`` itself and in the
+    answers (a draft vocabulary, ``train_data.draft_vocabulary``), in ``data`` itself and in the
     answers of ``held_out`` (what a drafter meets on prompts it did not train on)."""
-    from ..trainer import draft_vocabulary
+    from ..train_data import draft_vocabulary
 
     vocab_size = vocab_size or 1 + max(int(d["ids"].max()) for d in data + held_out)
     held = torch.cat([d["ids"][d["response_start"]:] for d in held_out]).long()
@@ -273,7 +273,7 @@ def coverage(data: list[dict], held_out: list[dict], ks=(4096, 8192, 16384),
 def main(argv=None) -> dict:
     from ..drafter import default_target_layer_ids
     from ..target import load_target
-    from ..trainer import feature_pass, in_dtype
+    from ..train_data import feature_pass, in_dtype
     from . import chat_prompts
     from .llama_cpp import target_files
 
@@ -309,7 +309,7 @@ def main(argv=None) -> dict:
     p.add_argument("--engine", choices=["torch", "llama-cpp", "torch-features"],
                    default="torch", help="torch: our batched decode, finished rows leaving; "
                    "llama-cpp: llama-server's parallel slots; torch-features: transformers' "
-                   "generate() in fp32 capturing the features as it goes (trainer.regenerate, "
+                   "generate() in fp32 capturing the features as it goes (train_data.regenerate, "
                    "the reference to beat)")
     p.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16",
                    help="torch: the weights the answers are decoded with (bf16 matmuls run on a "
@@ -327,7 +327,7 @@ def main(argv=None) -> dict:
                    help="the layers whose features torch-features and --time-features take "
                         "(default: a 1-layer drafter's three, drafter.default_target_layer_ids)")
     p.add_argument("--time-features", action="store_true",
-                   help="time trainer.feature_pass over the shards made in this run (none "
+                   help="time train_data.feature_pass over the shards made in this run (none "
                         "made: over the last shard there) and report text + features end to end")
     p.add_argument("--feature-dtype", choices=["float32", "bfloat16"], default="float32",
                    help="--time-features: the dtype of the pass (bfloat16 also reports how far "

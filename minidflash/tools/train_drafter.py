@@ -21,7 +21,7 @@ beside the drafter); ``--soft-labels k`` trains on the target's top-k logits (KL
 tokens, captured with the features (offline: while regenerating, a cache of its own).
 ``--answers DIR`` trains on answers already made and kept as token ids (``python -m minidflash
 answers``, e.g. data/smollm2_answers) instead of regenerating; with ``--features offline`` their
-features come from one teacher-forced pass per shard (``trainer.feature_pass``), cached in
+features come from one teacher-forced pass per shard (``train_data.feature_pass``), cached in
 cache/ (under torchrun each rank makes its share of the shards).
 """
 
@@ -40,8 +40,8 @@ import torch
 from ..config import CACHE_DIR, TINY_AR_DRAFTER_DIR, TINY_DRAFTER_DIR
 from ..drafter import default_target_layer_ids
 from ..target import load_target
-from ..trainer import (TrainConfig, cached_regeneration, distributed, feature_pass,
-                       in_dtype, train)
+from ..train_data import cached_regeneration, feature_pass, in_dtype
+from ..trainer import TrainConfig, distributed, train
 from . import answers, chat_prompts, corpus
 
 TINY_N_CODE = 1000           # --n-code for the tiny target (the shipped drafter's)
