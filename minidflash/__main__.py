@@ -13,6 +13,8 @@
     suites         rewrite data/prompts/<suite>.jsonl from the published wheels
     tau-curve      tau against training steps, decoding with snapshots of a training run
     misses         which tokens a drafter misses: each step by the target's first token
+    budget         the verify budget: a target pass's cost over 1..16 tokens (curve), and how
+                   well the drafter's probabilities predict acceptance (calibration)
     llama-cpp      convert a drafter with llama.cpp's converter, run llama.cpp plain and
                    speculative (draft-dflash) on the suites (needs llama.cpp: LLAMA_CPP_DIR)
 
@@ -37,6 +39,7 @@ COMMANDS = {  # command -> (module in minidflash.tools, keyword arguments of its
     "suites": ("suites", {}),
     "tau-curve": ("tau_curve", {}),
     "misses": ("misses", {}),
+    "budget": ("budget", {}),
     "llama-cpp": ("llama_cpp", {}),
 }
 

@@ -1,0 +1,224 @@
+"""The verify budget: what a verify pass over k tokens costs, and how far the drafter's own
+probabilities can be trusted to decide k (``python -m minidflash budget``).
+
+On a GPU a target pass over 16 tokens costs about one decode step; on a CPU it does not, so
+every drafted token the target checks is paid for. Two measurements size the budget:
+
+* ``curve``: t(k), the median time of one target pass over k new tokens after a cached context,
+  k = 1..16, at each thread count (the counts taking turns), and one drafter call. A step that
+  verifies m drafts yields E[accepted] + 1 tokens for d + t(m + 1); plain decoding yields 1 for
+  t(1). llama.cpp's maintainers size drafts the same way (``llama-bench -p 1,2,..,16``).
+* ``calibration``: decode with the drafter, record its probability q_j of every drafted token
+  and whether the target accepted it, and compare: among slots reached (all earlier slots
+  accepted) with q_j in a bin, the share the target accepted. The confidence cut
+  (``speculative_generate(p_min=...)``) is only as good as this agreement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+from transformers import DynamicCache
+
+from ..drafter import load_drafter
+from ..target import chat_ids, load_target, stop_ids
+from ..verifier import cache_kwargs, clock, crop_cache, speculative_generate
+from . import corpus
+
+BINS = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
+
+
+def median_ms(fn, repeats: int) -> float:
+    ts = []
+    for _ in range(repeats):
+        t = clock()
+        fn()
+        ts.append(clock() - t)
+    return 1e3 * sorted(ts)[len(ts) // 2]
+
+
+@torch.inference_mode()
+def verify_curve(target, drafter, context: int = 256, max_k: int = 16, repeats: int = 10) -> dict:
+    """Median ms of a target pass over k = 1..max_k tokens after `context` cached tokens (with the
+    hidden states the drafter reads), and of one drafter call for a block of max_k."""
+    ids = torch.randint(0, 200, (1, context + max_k))
+    cache = DynamicCache()
+    target(input_ids=ids[:, :context], **cache_kwargs(target, cache))
+    ms = []
+    for k in range(1, max_k + 1):
+        pos = torch.arange(context, context + k)[None]
+
+        def verify():
+            target(input_ids=ids[:, context:context + k], position_ids=pos,
+                   **cache_kwargs(target, cache), output_hidden_states=True)
+            crop_cache(cache, context)
+        ms.append(median_ms(verify, repeats))
+    hidden = torch.randn(1, context, len(drafter.target_layer_ids) * target.config.hidden_size)
+    dcache = drafter.new_cache()
+    drafter.draft(target, ids[:, context - 1], hidden, context, dcache, drafter.block_size)
+    draft = median_ms(lambda: drafter.draft(target, ids[:, context - 1], hidden[:, :0], context,
+                                            dcache, drafter.block_size), repeats)
+    return {"verify_ms": ms, "draft_ms": draft}
+
+
+def curve_by_threads(target, drafter, threads, rounds: int = 3, **kw) -> dict:
+    """``verify_curve`` at each thread count, the counts taking turns; per count the median over
+    rounds, and t(k) / t(1): the cost of a pass over k tokens in plain decode steps."""
+    runs, before = {t: [] for t in threads}, torch.get_num_threads()
+    try:
+        for r in range(rounds):
+            for t in (threads if r % 2 == 0 else threads[::-1]):
+                torch.set_num_threads(t)
+                runs[t].append(verify_curve(target, drafter, **kw))
+    finally:
+        torch.set_num_threads(before)
+    med = lambda xs: sorted(xs)[len(xs) // 2]
+    out = {}
+    for t, rs in runs.items():
+        ms = [med([r["verify_ms"][k] for r in rs]) for k in range(len(rs[0]["verify_ms"]))]
+        out[str(t)] = {"verify_ms": ms, "in_decode_steps": [m / ms[0] for m in ms],
+                       "draft_ms": med([r["draft_ms"] for r in rs])}
+    return out
+
+
+def calibration(target, tokenizer, drafter, rows, max_new_tokens: int, block_size=None) -> dict:
+    """Per bin of the drafter's q: slots reached, slots accepted; per slot j: mean q, acceptance
+    given slots 1..j-1 accepted, and P(slots 1..j all accepted) against the mean product of q."""
+    B = block_size or drafter.block_size
+    stops = stop_ids(tokenizer)
+    reached, taken = [0] * (len(BINS) - 1), [0] * (len(BINS) - 1)
+    slot = [{"q": 0.0, "reached": 0, "accepted": 0, "all_accepted": 0, "q_product": 0.0, "steps": 0}
+            for _ in range(B - 1)]
+    # a K-way softmax's largest probability is >= 1/K, so this p_min records q and cuts nothing
+    no_cut = 1e-9
+    for row in rows:
+        out = speculative_generate(target, drafter, chat_ids(tokenizer, row["messages"]),
+                                   max_new_tokens, block_size=B, stop_token_ids=stops,
+                                   record_steps=True, p_min=no_cut)
+        for step in out.steps:
+            product = 1.0
+            for j, q in enumerate(step["q"]):
+                s = slot[j]
+                product *= q
+                s["steps"] += 1
+                s["q_product"] += product
+                s["all_accepted"] += step["accepted"] > j
+                if step["accepted"] < j:          # an earlier slot was rejected: not reached
+                    continue
+                ok = step["accepted"] > j
+                b = min(int(q * (len(BINS) - 1)), len(BINS) - 2)
+                reached[b] += 1
+                taken[b] += ok
+                s["q"] += q
+                s["reached"] += 1
+                s["accepted"] += ok
+    per_slot = [{"slot": j + 1, "mean_q": s["q"] / max(1, s["reached"]), "reached": s["reached"],
+                 "accepted_given_reached": s["accepted"] / max(1, s["reached"]),
+                 "all_accepted": s["all_accepted"] / max(1, s["steps"]),
+                 "q_product": s["q_product"] / max(1, s["steps"])} for j, s in enumerate(slot)]
+    return {"bins": BINS, "reached": reached, "accepted": taken,
+            "observed": [t / r if r else None for t, r in zip(taken, reached)], "slots": per_slot}
+
+
+def plot_curve(results: dict, path: Path) -> None:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.5, 3.8))
+    ax = fig.subplots()
+    for t, c in results["threads"].items():
+        ks = range(1, len(c["in_decode_steps"]) + 1)
+        ax.plot(ks, c["in_decode_steps"], "o-", label=f"{t} thread{'s' if t != '1' else ''}")
+    ax.axhline(1.0, color="k", lw=0.8, ls=":")
+    ax.set(xlabel="tokens in the target pass (k)", ylabel="t(k) / t(1)",
+           title=f"verify cost, {results['target'].split('/')[-1]}, context {results['context']}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def plot_calibration(results: dict, path: Path) -> None:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 4))
+    ax, ax2 = fig.subplots(1, 2)
+    ax.plot([0, 1], [0, 1], color="k", lw=0.8, ls=":", label="calibrated")
+    for i, (suite, c) in enumerate(results["suites"].items()):
+        mids = [(a + b) / 2 for a, b in zip(c["bins"], c["bins"][1:])]
+        pts = [(m, o) for m, o, r in zip(mids, c["observed"], c["reached"]) if o is not None and r >= 20]
+        ax.plot(*zip(*pts), "o-", color=f"C{i}", label=suite)
+        sl = c["slots"]
+        ax2.plot([s["slot"] for s in sl], [s["all_accepted"] for s in sl], "o-", color=f"C{i}",
+                 label=f"{suite}: observed")
+        ax2.plot([s["slot"] for s in sl], [s["q_product"] for s in sl], "s--", color=f"C{i}",
+                 alpha=0.6, label=f"{suite}: product of q")
+    ax.set(xlabel="drafter's probability q of its token (bin)", ylabel="share the target accepted",
+           title="calibration of a reached slot (bins with >= 20 slots)")
+    ax.legend(fontsize=8)
+    ax2.set(xlabel="slot j", ylabel="P(slots 1..j all accepted)",
+            title="acceptance of a whole prefix: observed vs predicted")
+    ax2.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(prog="python -m minidflash budget", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("what", choices=["curve", "calibration"])
+    p.add_argument("--target", default=None)
+    p.add_argument("--drafter", default=None)
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2],
+                   help="curve: thread counts, taking turns; calibration: the first")
+    p.add_argument("--context", type=int, default=256, help="curve: cached tokens before the pass")
+    p.add_argument("--suites", nargs="+", default=["arithmetic", "code"])
+    p.add_argument("--split", choices=corpus.SPLITS, default="test")
+    p.add_argument("--n", type=int, default=10, help="calibration: prompts per suite")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--block-size", type=int, default=None)
+    p.add_argument("--json", default=None, help="write the figures here (and a .png beside it)")
+    a = p.parse_args(argv)
+    if min(a.threads) < 1:
+        p.error("--threads: thread counts are >= 1")
+    torch.manual_seed(0)
+    target, tokenizer = load_target(a.target)
+    drafter = load_drafter(a.drafter, target=target)
+    command = "python -m minidflash budget " + " ".join(sys.argv[1:] if argv is None else argv)
+    results = {"command": command, "target": a.target or "data/target",
+               "drafter": a.drafter or "data/drafter"}
+    if a.what == "curve":
+        results.update(context=a.context, threads=curve_by_threads(target, drafter, a.threads,
+                                                                   context=a.context))
+        for t, c in results["threads"].items():
+            print(f"{t} thread(s): t(k)/t(1) for k = 1..16: "
+                  + " ".join(f"{x:.2f}" for x in c["in_decode_steps"])
+                  + f"  (t(1) {c['verify_ms'][0]:.1f} ms, draft {c['draft_ms']:.1f} ms)")
+        plot = plot_curve
+    else:
+        torch.set_num_threads(a.threads[0])
+        results.update(split=a.split, n=a.n, max_new_tokens=a.max_new_tokens, suites={})
+        for suite in a.suites:
+            try:
+                rows = corpus.suite_prompts(suite, a.split, a.n)
+            except ValueError as e:
+                p.error(str(e))
+            c = results["suites"][suite] = calibration(target, tokenizer, drafter, rows,
+                                                       a.max_new_tokens, a.block_size)
+            c["prompts_used"] = corpus.split_label(suite, a.split, len(rows))
+            print(f"{suite}: q bin -> accepted: " + "  ".join(
+                f"{lo:.1f}-{hi:.1f}: {o:.2f} ({r})" for lo, hi, o, r in
+                zip(c["bins"], c["bins"][1:], c["observed"], c["reached"]) if o is not None))
+        plot = plot_calibration
+    if a.json:
+        path = Path(a.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(results, indent=1) + "\n")
+        plot(results, path.with_suffix(".png"))
+    return results
+
+
+if __name__ == "__main__":
+    main()

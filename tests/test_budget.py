@@ -1,0 +1,46 @@
+"""The verify-budget tool: the cost curve covers k = 1..16 at every thread count, and the
+calibration counts every drafted slot the target reached exactly once."""
+
+import pytest
+import torch
+
+from minidflash.drafter import load_drafter
+from minidflash.target import chat_ids, load_target, stop_ids
+from minidflash.tools import budget, corpus
+from minidflash.verifier import speculative_generate
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    target, tokenizer = load_target()
+    return target, tokenizer, load_drafter(target=target)
+
+
+def test_curve_covers_every_length_and_thread_count(tiny):
+    target, _, drafter = tiny
+    before = torch.get_num_threads()
+    out = budget.curve_by_threads(target, drafter, [1, 2], rounds=1, context=16, max_k=16, repeats=1)
+    assert torch.get_num_threads() == before
+    for t in ("1", "2"):
+        c = out[t]
+        assert len(c["verify_ms"]) == 16 and min(c["verify_ms"]) > 0 and c["draft_ms"] > 0
+        assert c["in_decode_steps"][0] == 1.0
+
+
+def test_calibration_counts_each_reached_slot_once(tiny):
+    target, tokenizer, drafter = tiny
+    rows = corpus.suite_prompts("arithmetic", "dev", 2)
+    cal = budget.calibration(target, tokenizer, drafter, rows, 40, block_size=8)
+    # the same decodes, counted by hand: slot j is reached when slots 1..j-1 were accepted
+    reached = accepted = steps = 0
+    for row in rows:
+        out = speculative_generate(target, drafter, chat_ids(tokenizer, row["messages"]), 40,
+                                   block_size=8, stop_token_ids=stop_ids(tokenizer), p_min=0.0)
+        steps += len(out.acceptance_lengths)
+        for a in (n - 1 for n in out.acceptance_lengths):
+            reached += min(a + 1, 7)
+            accepted += a
+    assert sum(cal["reached"]) == reached and sum(cal["accepted"]) == accepted
+    assert sum(s["reached"] for s in cal["slots"]) == reached
+    assert all(0 <= s["all_accepted"] <= 1 and 0 < s["q_product"] <= 1 for s in cal["slots"])
+    assert cal["slots"][0]["reached"] == steps                 # slot 1 is reached every step
