@@ -7,6 +7,7 @@ import pytest
 
 from minidflash.config import PROMPTS_DIR
 from minidflash.tools import chat_prompts as cp
+from minidflash.tools import word_problems as wp
 from minidflash.tools.corpus import read_jsonl
 from minidflash.tools.suites import HUMANEVAL_TEMPLATE, MATH_SUFFIX
 
@@ -100,9 +101,9 @@ def test_stories_are_many_situations_in_the_math_template():
     texts = [text_of(r) for r in rows]
     assert len(set(texts)) == 3000 and all(t.endswith(MATH_SUFFIX) for t in texts)
     assert {r["kind"] for r in rows} == {"story"}
-    for question, sample in cp.STORIES:          # every situation drawn, every field filled
+    for question, sample in wp.STORIES:          # every situation drawn, every field filled
         words = max(re.split(r"\{\w+\}", question), key=len)      # its longest fixed words
-        assert sum(words in t for t in texts) > 3000 / len(cp.STORIES) / 3, question[:60]
+        assert sum(words in t for t in texts) > 3000 / len(wp.STORIES) / 3, question[:60]
     assert not any(c in t.replace("\\boxed{}", "") for t in texts for c in "{}")
     mixed = cp.chat_training_prompts(20, 10, 10, seed=2, n_story=15)
     assert [r["kind"] for r in mixed].count("story") == 15
@@ -116,15 +117,15 @@ def test_chains_are_gsm8k_shaped_and_read_well():
     texts = [text_of(r) for r in rows]
     assert len(set(texts)) == 3000 and all(t.endswith(MATH_SUFFIX) for t in texts)
     assert {r["kind"] for r in rows} == {"chain"}
-    for question, _ in cp.CHAINS:
+    for question, _ in wp.CHAINS:
         words = max(re.split(r"\{[\w\[\]]+\}", question), key=len)
-        assert sum(words in t for t in texts) > 3000 / len(cp.CHAINS) / 3, question[:60]
+        assert sum(words in t for t in texts) > 3000 / len(wp.CHAINS) / 3, question[:60]
     assert not any(c in t.replace("\\boxed{}", "") for t in texts for c in "{}")
     assert all(t[0].isupper() for t in texts)
     for t in texts:                       # a name's pronoun: she for the names in SHE, he else
         first = t.split()[0].split("'")[0]
-        if first in cp.FIRST_NAMES:
-            other = {" he ", " He ", " his ", " him"} if first in cp.SHE else {" she ", " She ", " her "}
+        if first in wp.FIRST_NAMES:
+            other = {" he ", " He ", " his ", " him"} if first in wp.SHE else {" she ", " She ", " her "}
             mine = ".".join(t.split(".")[:3])          # the first sentences, about the name
             assert not any(w in mine for w in other), t[:120]
     plain = cp.chat_training_prompts(20, 10, 10, seed=2)
@@ -252,18 +253,18 @@ def test_wide_problems_name_things_and_people_from_the_long_lists():
     assert {r["kind"] for r in rows} == {"wide"} and len({text_of(r) for r in rows}) == 3000
     texts = [text_of(r) for r in rows]
     words = [set(re.findall(r"[A-Za-z']+", t)) for t in texts]
-    assert not any(w & set(cp.FIRST_NAMES) for w in words)       # no short-list name is left
-    assert sum(bool(w & set(cp.WIDE_NAMES)) for w in words) > 0.95 * len(rows)
-    short = {m for _, m in cp.GOODS} | set(cp.THINGS) | set(cp.FRUIT) | {m for _, m in cp.ANIMALS}
-    long = ({m for _, m in cp.WIDE_GOODS} | set(cp.WIDE_THINGS) | set(cp.WIDE_FRUIT)
-            | {m for _, m in cp.WIDE_ANIMALS}) - short
+    assert not any(w & set(wp.FIRST_NAMES) for w in words)       # no short-list name is left
+    assert sum(bool(w & set(wp.WIDE_NAMES)) for w in words) > 0.95 * len(rows)
+    short = {m for _, m in wp.GOODS} | set(wp.THINGS) | set(wp.FRUIT) | {m for _, m in wp.ANIMALS}
+    long = ({m for _, m in wp.WIDE_GOODS} | set(wp.WIDE_THINGS) | set(wp.WIDE_FRUIT)
+            | {m for _, m in wp.WIDE_ANIMALS}) - short
     named = sum(any(re.search(rf"\b{re.escape(m)}\b", t) for m in long) for t in texts)
     assert 0.4 * len(rows) < named < 0.7 * len(rows), named
     for t in texts:                    # the first person named is the one {he} stands for
         first = min((m.start(), m.group()) for m in re.finditer(r"[A-Z][a-z]+", t)
-                    if m.group() in cp.WIDE_NAMES)[1]
+                    if m.group() in wp.WIDE_NAMES)[1]
         if re.search(r"\b([Hh]e|[Ss]he)\b", t):
-            assert bool(re.search(r"\b[Ss]he\b", t)) == (first in cp.WIDE_SHE), t
+            assert bool(re.search(r"\b[Ss]he\b", t)) == (first in wp.WIDE_SHE), t
     mixed = cp.chat_training_prompts(20, 10, 10, seed=2, n_wide=15)
     assert [r["kind"] for r in mixed].count("wide") == 15
 

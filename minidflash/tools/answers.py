@@ -285,13 +285,13 @@ def main(argv=None) -> dict:
     p.add_argument("--n-code", type=int, default=1500)
     p.add_argument("--n-prose", type=int, default=1500)
     p.add_argument("--n-story", type=int, default=0,
-                   help="multi-step story problems (chat_prompts.STORIES), e.g. a second folder "
+                   help="multi-step story problems (word_problems.STORIES), e.g. a second folder "
                         "made with --n-math 0 --n-code 0 --n-prose 0 --n-story 3000")
     p.add_argument("--n-task", type=int, default=0,
-                   help="small function tasks in HumanEval's shape (chat_prompts.TASKS), e.g. a "
+                   help="small function tasks in HumanEval's shape (function_tasks.TASKS), e.g. a "
                         "folder made with --n-math 0 --n-code 0 --n-prose 0 --n-task 3000")
     p.add_argument("--n-chain", type=int, default=0,
-                   help="chained word problems closer to GSM8K's (chat_prompts.CHAINS), e.g. a "
+                   help="chained word problems closer to GSM8K's (word_problems.CHAINS), e.g. a "
                         "folder made with --n-math 0 --n-code 0 --n-prose 0 --n-chain 3000")
     p.add_argument("--n-symbolic", type=int, default=0,
                    help="GSM-Symbolic problems, GSM8K's wording with names and numbers redrawn "
