@@ -43,12 +43,15 @@ def break_even_tau(draft_ms: float, verify_ms: float, step_ms: float) -> float:
 
 
 def kind_of(method: str) -> tuple[str, int]:
-    """'dflash:16@data/x' -> ('dflash', 16); 'ar:8' -> ('ar', 8); 'plain' -> ('plain', 1)."""
-    name = method.partition("@")[0]
-    kind, _, k = name.partition(":")
-    if kind not in ("plain", "dflash", "ar"):
-        raise ValueError(f"the calculator takes plain, dflash:B or ar:k, not {method!r}")
-    return kind, int(k) if k else 1
+    """'dflash:16/p0.3@data/x' -> ('dflash', 16); 'ar:8' -> ('ar', 8); 'plain' -> ('plain', 1).
+    A tree drafts with one DFlash pass: ('dflash', B)."""
+    from .methods import parse
+
+    m = parse(method)
+    if m.kind not in ("plain", "dflash", "ar", "tree") or m.k is None:
+        raise ValueError(f"the calculator takes plain, dflash:B[/pP], ar:k[/pP] or tree:B/nN/topK, "
+                         f"not {method!r}")
+    return ("dflash" if m.kind == "tree" else m.kind), m.k
 
 
 @dataclass(frozen=True)
