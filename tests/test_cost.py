@@ -56,8 +56,10 @@ def test_report_prints_the_assumptions_and_every_method():
 
 
 def test_unknown_methods_are_refused():
-    with pytest.raises(ValueError, match="plain, dflash:B or ar:k"):
+    with pytest.raises(ValueError, match="plain, dflash:B"):
         cost.paper_gpu_regime(["lookup:10"])
+    assert cost.kind_of("dflash:16/p0.3@d") == ("dflash", 16) and cost.kind_of("ar:8/p0.3") == ("ar", 8)
+    assert cost.kind_of("tree:16/n24/top4") == ("dflash", 16)
 
 
 def test_a_regime_of_ratios_projects_like_one_of_milliseconds():
