@@ -1,5 +1,6 @@
-"""The llama.cpp tool: finding llama.cpp (and the error when it is missing), reading what its
-binaries print, and, where a llama.cpp build is found, the whole path on one prompt."""
+"""The llama.cpp tool (llama_cpp.py, llama_cpp_binaries.py): finding llama.cpp (and the error
+when it is missing), reading what its binaries print, and, where a llama.cpp build is found, the
+whole path on one prompt."""
 
 import json
 import stat
@@ -8,6 +9,7 @@ import pytest
 
 from minidflash.config import TINY_TARGET_DIR
 from minidflash.tools import llama_cpp as lc
+from minidflash.tools import llama_cpp_binaries as bins
 
 # The end of a real `llama-speculative-simple ... --spec-type draft-dflash` log (stderr).
 SPEC_LOG = """\
@@ -46,46 +48,75 @@ def executable(path):
 
 def test_binaries_are_found_under_LLAMA_CPP_DIR_or_on_PATH(tmp_path):
     tree = tmp_path / "llama.cpp"
-    exe = executable(tree / "build" / "bin" / lc.SPECULATIVE)
-    (tree / lc.CONVERTER).write_text("")
-    assert lc.find_binary(lc.SPECULATIVE, {lc.ENV: str(tree)}) == exe
-    assert lc.find_converter({lc.ENV: str(tree)}) == tree / lc.CONVERTER
+    exe = executable(tree / "build" / "bin" / bins.SPECULATIVE)
+    (tree / bins.CONVERTER).write_text("")
+    assert bins.find_binary(bins.SPECULATIVE, {bins.ENV: str(tree)}) == exe
+    assert bins.find_converter({bins.ENV: str(tree)}) == tree / bins.CONVERTER
     # no variable: PATH, and the converter two folders above a binary found there
     env = {"PATH": str(exe.parent)}
-    assert lc.find_binary(lc.SPECULATIVE, env) == exe
-    assert lc.find_converter(env) == (tree / lc.CONVERTER).resolve()
+    assert bins.find_binary(bins.SPECULATIVE, env) == exe
+    assert bins.find_converter(env) == (tree / bins.CONVERTER).resolve()
 
 
 def test_missing_llama_cpp_says_what_is_missing_and_how_to_get_it(tmp_path):
-    with pytest.raises(lc.LlamaCppNotFound) as e:
-        lc.find_binary(lc.PLAIN, {"PATH": str(tmp_path)})
+    with pytest.raises(bins.LlamaCppNotFound) as e:
+        bins.find_binary(bins.PLAIN, {"PATH": str(tmp_path)})
     msg = str(e.value)
-    assert lc.PLAIN in msg and lc.ENV in msg and "not on PATH" in msg
+    assert bins.PLAIN in msg and bins.ENV in msg and "not on PATH" in msg
     assert "cmake" in msg and "draft-dflash" in msg and "llama-cpp-python==0.3.36" in msg
-    executable(tmp_path / "build" / "bin" / lc.PLAIN)      # a tree without the converter
-    with pytest.raises(lc.LlamaCppNotFound, match=lc.CONVERTER):
-        lc.find_converter({lc.ENV: str(tmp_path)})
-    with pytest.raises(lc.LlamaCppNotFound, match=f"{lc.ENV}=.* has no executable {lc.BENCH}"):
-        lc.find_binary(lc.BENCH, {lc.ENV: str(tmp_path)})
+    executable(tmp_path / "build" / "bin" / bins.PLAIN)    # a tree without the converter
+    with pytest.raises(bins.LlamaCppNotFound, match=bins.CONVERTER):
+        bins.find_converter({bins.ENV: str(tmp_path)})
+    missing = f"{bins.ENV}=.* has no executable {bins.BENCH}"
+    with pytest.raises(bins.LlamaCppNotFound, match=missing):
+        bins.find_binary(bins.BENCH, {bins.ENV: str(tmp_path)})
 
 
 def test_a_non_executable_file_is_not_a_binary(tmp_path):
     (tmp_path / "bin").mkdir()
-    (tmp_path / "bin" / lc.PLAIN).write_text("")
-    with pytest.raises(lc.LlamaCppNotFound):
-        lc.find_binary(lc.PLAIN, {lc.ENV: str(tmp_path)})
+    (tmp_path / "bin" / bins.PLAIN).write_text("")
+    with pytest.raises(bins.LlamaCppNotFound):
+        bins.find_binary(bins.PLAIN, {bins.ENV: str(tmp_path)})
 
 
 def test_the_command_stops_at_the_missing_binary_before_loading_anything(tmp_path, monkeypatch):
-    monkeypatch.setenv(lc.ENV, str(tmp_path))
-    with pytest.raises(lc.LlamaCppNotFound, match=lc.PLAIN):
+    monkeypatch.setenv(bins.ENV, str(tmp_path))
+    with pytest.raises(bins.LlamaCppNotFound, match=bins.PLAIN):
         lc.main(["--suites", "gsm8k", "--n", "1"])
+
+
+def test_the_command_decodes_the_test_part_unless_told_and_records_which(monkeypatch):
+    """--split: the test part of each suite by default (the dev prompts are where choices are
+    made), the dev part or all when asked; the results JSON names the split and the prompts."""
+    from pathlib import Path
+
+    from minidflash.tools.corpus import suite_prompts
+
+    seen = []
+    decoded = {"plain": {"eval_ms": 100.0, "runs": 10, "tokens_per_s": 100.0},
+               "prompt_ids_match": True,
+               "speculative": {"3": {"n_predict": 12, "decode_s": 0.1, "tau": 2.0,
+                                     "tokens_per_s": 120.0, "parting": None}}}
+    monkeypatch.setattr(lc, "find_binary", lambda name: Path(name))
+    monkeypatch.setattr(lc, "find_converter", lambda: Path(bins.CONVERTER))
+    monkeypatch.setattr(lc, "gguf_files", lambda a, target, converter: (
+        Path("t.gguf"), Path("d.gguf"), {"tensors": 14}, None))
+    monkeypatch.setattr(lc, "decode_prompt", lambda s, suite, i, row: (
+        seen.append(row["id"]), (decoded, 0))[1])
+    argv = ["--target", str(TINY_TARGET_DIR), "--suites", "gsm8k", "--n", "2", "--n-max", "3"]
+    for split in ("test", "dev", "all"):
+        seen.clear()
+        r = lc.main(argv + ([] if split == "test" else ["--split", split]))
+        assert seen == [row["id"] for row in suite_prompts("gsm8k", split, 2)]
+        assert r["split"] == split and r["suites"]["gsm8k"]["summary"]["prompts"] == 2
+    assert r["suites"]["gsm8k"]["prompts_used"] == "gsm8k all part, prompts 1-2 of the file"
+    assert seen != [row["id"] for row in suite_prompts("gsm8k", "test", 2)]
 
 
 # ---------------------------------------------------------------- reading llama.cpp
 
 def test_tau_is_tokens_per_kept_target_pass():
-    s = lc.parse_speculative(SPEC_LOG)
+    s = bins.parse_speculative(SPEC_LOG)
     assert (s["n_predict"], s["n_accept"], s["n_drafted"], s["n_draft"]) == (66, 26, 543, 15)
     # each kept pass adds accepted + 1 to n_predict and accepted to n_accept: 40 passes
     assert s["passes"] == 40 and s["tau"] == pytest.approx(66 / 40)
@@ -95,29 +126,29 @@ def test_tau_is_tokens_per_kept_target_pass():
 
 def test_an_unfinished_speculative_log_is_refused():
     with pytest.raises(ValueError, match="n_accept"):
-        lc.parse_speculative(SPEC_LOG.replace("n_accept  = 26", ""))
+        bins.parse_speculative(SPEC_LOG.replace("n_accept  = 26", ""))
 
 
 def test_plain_speed_is_read_from_the_eval_line_not_the_prompt_line():
-    p = lc.parse_plain(PLAIN_LOG)
+    p = bins.parse_plain(PLAIN_LOG)
     assert p["runs"] == 63 and p["tokens_per_s"] == pytest.approx(63 / 2.36844)
     with pytest.raises(ValueError, match="eval time"):
-        lc.parse_plain(PLAIN_LOG.splitlines()[-2])           # only the prompt's line
+        bins.parse_plain(PLAIN_LOG.splitlines()[-2])         # only the prompt's line
 
 
 def test_prompt_ids_are_read_from_the_verbose_prompt_listing():
-    assert lc.prompt_ids(PLAIN_LOG) == [1, 9690, 198, 2683]    # a newline piece spans two lines
+    assert bins.prompt_ids(PLAIN_LOG) == [1, 9690, 198, 2683]  # a newline piece spans two lines
 
 
 def test_the_texts_are_cut_out_of_stdout():
     prompt = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
-    assert lc.speculative_text("\n\n" + prompt + "Hello!\n\n\n\n", prompt) == "Hello!"
+    assert bins.speculative_text("\n\n" + prompt + "Hello!\n\n\n\n", prompt) == "Hello!"
     with pytest.raises(ValueError, match="extra BOS"):
-        lc.speculative_text("\n\n<|im_start|>" + prompt + "Hello!\n\n\n\n", prompt)
-    assert lc.plain_text("Hello! [end of text]\n\n\n") == ("Hello!", True)
-    assert lc.plain_text("Hello there\n\n") == ("Hello there", False)
+        bins.speculative_text("\n\n<|im_start|>" + prompt + "Hello!\n\n\n\n", prompt)
+    assert bins.plain_text("Hello! [end of text]\n\n\n") == ("Hello!", True)
+    assert bins.plain_text("Hello there\n\n") == ("Hello there", False)
     with pytest.raises(ValueError, match="finish"):
-        lc.plain_text("Hello")
+        bins.plain_text("Hello")
 
 
 @pytest.fixture(scope="module")
@@ -144,22 +175,22 @@ def test_parting_finds_the_first_differing_token(tokenizer):
 
 
 def test_step_costs_are_passes_in_decode_steps():
-    records = lc.parse_bench('[{"n_threads": 1, "n_prompt": 16, "n_gen": 0, "avg_ts": 200.0, '
-                             '"stddev_ts": 1.0}, {"n_threads": 1, "n_prompt": 4, "n_gen": 0, '
-                             '"avg_ts": 80.0, "stddev_ts": 1.0}, {"n_threads": 1, "n_prompt": 0, '
-                             '"n_gen": 32, "avg_ts": 50.0, "stddev_ts": 1.0}]')
-    c = lc.step_costs(records)["1"]
+    records = bins.parse_bench('[{"n_threads": 1, "n_prompt": 16, "n_gen": 0, "avg_ts": 200.0, '
+                               '"stddev_ts": 1.0}, {"n_threads": 1, "n_prompt": 4, "n_gen": 0, '
+                               '"avg_ts": 80.0, "stddev_ts": 1.0}, {"n_threads": 1, "n_prompt": 0, '
+                               '"n_gen": 32, "avg_ts": 50.0, "stddev_ts": 1.0}]')
+    c = bins.step_costs(records)["1"]
     assert c["decode_ms"] == pytest.approx(20.0)
     # 16 tokens at 200/s: 80 ms = 4 steps of 20 ms; 4 tokens at 80/s: 50 ms = 2.5 steps
     assert c["verify_steps"] == pytest.approx({"4": 2.5, "16": 4.0})
     with pytest.raises(ValueError, match="tg"):
-        lc.step_costs(records[:2])
+        bins.step_costs(records[:2])
 
 
 def test_commands_are_greedy_and_take_the_prompt_as_it_is():
-    tools = {lc.PLAIN: "llama-completion", lc.SPECULATIVE: "llama-speculative-simple"}
-    plain = lc.plain_command(tools, "t.gguf", "PROMPT", 64)
-    spec = lc.speculative_command(tools, "t.gguf", "d.gguf", "PROMPT", 64, 7, no_repack=True)
+    tools = {bins.PLAIN: "llama-completion", bins.SPECULATIVE: "llama-speculative-simple"}
+    plain = bins.plain_command(tools, "t.gguf", "PROMPT", 64)
+    spec = bins.speculative_command(tools, "t.gguf", "d.gguf", "PROMPT", 64, 7, no_repack=True)
     for cmd in (plain, spec):
         assert cmd[cmd.index("--temp") + 1] == "0" and "--no-escape" in cmd
         assert cmd[cmd.index("-p") + 1] == "PROMPT" and "-f" not in cmd
@@ -172,14 +203,14 @@ def test_commands_are_greedy_and_take_the_prompt_as_it_is():
 
 def llama_cpp_found() -> str | None:
     try:
-        lc.find_binary(lc.SPECULATIVE), lc.find_binary(lc.PLAIN), lc.find_converter()
-    except lc.LlamaCppNotFound:
+        bins.find_binary(bins.SPECULATIVE), bins.find_binary(bins.PLAIN), bins.find_converter()
+    except bins.LlamaCppNotFound:
         return None
     return "found"
 
 
 @pytest.mark.skipif(llama_cpp_found() is None,
-                    reason=f"no llama.cpp build ({lc.ENV} unset and nothing on PATH): optional")
+                    reason=f"no llama.cpp build ({bins.ENV} unset and nothing on PATH): optional")
 def test_llama_cpp_converts_the_shipped_drafter_and_decodes_with_it(tmp_path):
     r = lc.main(["--suites", "gsm8k", "--n", "1", "--max-new-tokens", "16", "--n-max", "3",
                  "--no-repack", "--out-dir", str(tmp_path)])
@@ -195,23 +226,24 @@ def test_a_log_cut_short_is_read_again(monkeypatch):
     # llama.cpp's log thread can lose the last lines at exit: the run is repeated, not misread
     import subprocess
     logs = iter([SPEC_LOG.split("n_accept")[0], SPEC_LOG])
-    monkeypatch.setattr(lc, "run", lambda cmd: subprocess.CompletedProcess(cmd, 0, "", next(logs)))
-    s, reruns = lc.decode(["llama-speculative-simple"], lambda q: lc.parse_speculative(q.stderr))
+    monkeypatch.setattr(bins, "run", lambda cmd: subprocess.CompletedProcess(cmd, 0, "", next(logs)))
+    read = lambda q: bins.parse_speculative(q.stderr)
+    s, reruns = bins.decode(["llama-speculative-simple"], read)
     assert reruns == 1 and s["tau"] == pytest.approx(66 / 40)
-    monkeypatch.setattr(lc, "run", lambda cmd: subprocess.CompletedProcess(cmd, 0, "", "cut"))
+    monkeypatch.setattr(bins, "run", lambda cmd: subprocess.CompletedProcess(cmd, 0, "", "cut"))
     with pytest.raises(ValueError, match="n_draft"):
-        lc.decode(["llama-speculative-simple"], lambda q: lc.parse_speculative(q.stderr))
+        bins.decode(["llama-speculative-simple"], lambda q: bins.parse_speculative(q.stderr))
 
 
 def test_a_pre_tokenizer_is_named_only_when_its_regex_is_llama_cpps(tmp_path):
     # the tiny target's tokenizer splits with Qwen2's regex, which llama.cpp calls "qwen2"
-    assert lc.split_regex(TINY_TARGET_DIR) == lc.PRE_TOKENIZER_REGEX["qwen2"]
-    lc.check_pre_tokenizer(TINY_TARGET_DIR, "qwen2")
+    assert bins.split_regex(TINY_TARGET_DIR) == bins.PRE_TOKENIZER_REGEX["qwen2"]
+    bins.check_pre_tokenizer(TINY_TARGET_DIR, "qwen2")
     with pytest.raises(ValueError, match="known here"):
-        lc.check_pre_tokenizer(TINY_TARGET_DIR, "llama3")
+        bins.check_pre_tokenizer(TINY_TARGET_DIR, "llama3")
     other = json.loads((TINY_TARGET_DIR / "tokenizer.json").read_text())
     split = other["pre_tokenizer"]["pretokenizers"][0]
     split["pattern"]["Regex"] = split["pattern"]["Regex"].replace(r"\p{N}|", r"\p{N}{1,3}|")
     (tmp_path / "tokenizer.json").write_text(json.dumps(other))
     with pytest.raises(ValueError, match="does not split text"):
-        lc.check_pre_tokenizer(tmp_path, "qwen2")
+        bins.check_pre_tokenizer(tmp_path, "qwen2")

@@ -128,7 +128,7 @@ def post(port: int, path: str, body: dict, timeout: float = 600) -> dict:
 def llama_server(gguf: Path, parallel: int, threads: int, slot_ctx: int, no_repack: bool = False):
     """llama-server on the loopback with ``parallel`` slots of ``slot_ctx`` tokens each; yields
     its port and stops it on exit. Waits for /health (loading takes a few seconds)."""
-    from .llama_cpp import SERVER, find_binary
+    from .llama_cpp_binaries import SERVER, find_binary
 
     port = free_port()
     cmd = [find_binary(SERVER), "-m", gguf, "--host", "127.0.0.1", "--port", port,
