@@ -9,6 +9,7 @@ import torch
 
 from minidflash import train_data
 from minidflash.tools import answers, train_drafter
+from minidflash.tools import llama_cpp_binaries as bins
 from tests.helpers import tiny_target
 
 
@@ -97,8 +98,8 @@ def test_load_answers_says_what_is_missing(tmp_path):
 ])
 def test_server_answer_ends_like_generate(monkeypatch, reply, expected):
     sent = {}
-    monkeypatch.setattr(answers, "post", lambda port, path, body: sent.update(body) or reply)
-    assert answers.server_answer(1, [1, 2, 3], 4, [2, 0]) == expected
+    monkeypatch.setattr(bins, "post", lambda port, path, body: sent.update(body) or reply)
+    assert bins.server_answer(1, [1, 2, 3], 4, [2, 0]) == expected
     assert sent["prompt"] == [1, 2, 3] and sent["n_predict"] == 4 and sent["temperature"] == 0
 
 

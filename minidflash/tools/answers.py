@@ -33,19 +33,16 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import signal
-import socket
-import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
+
+from .llama_cpp_binaries import llama_server, server_answer
 
 MANIFEST = "answers.json"
 
@@ -108,75 +105,8 @@ def answers_digest_of(path: Path, layer_ids: list[int], dtype: str = "float32") 
 
 
 # --------------------------------------------------------------------------------------------
-# llama.cpp's server
+# The engines
 # --------------------------------------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def post(port: int, path: str, body: dict, timeout: float = 600) -> dict:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(),
-                                 {"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return json.loads(r.read())
-
-
-@contextmanager
-def llama_server(gguf: Path, parallel: int, threads: int, slot_ctx: int, no_repack: bool = False):
-    """llama-server on the loopback with ``parallel`` slots of ``slot_ctx`` tokens each; yields
-    its port and stops it on exit. Waits for /health (loading takes a few seconds)."""
-    from .llama_cpp_binaries import SERVER, find_binary
-
-    port = free_port()
-    cmd = [find_binary(SERVER), "-m", gguf, "--host", "127.0.0.1", "--port", port,
-           "-np", parallel, "-c", parallel * slot_ctx, "-t", threads, "-tb", threads,
-           "--seed", "0", *(["-nr"] if no_repack else [])]
-    proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, errors="replace")
-    try:
-        for _ in range(600):
-            if proc.poll() is not None:
-                hint = (" It died of an illegal instruction (a CPU kernel this machine cannot "
-                        "run, e.g. AMX weight repacking): pass --no-repack."
-                        if proc.returncode in (-signal.SIGILL, 128 + signal.SIGILL) else "")
-                raise RuntimeError(f"llama-server exited ({proc.returncode}).{hint} Last lines: "
-                                   f"{' | '.join(proc.stderr.read().strip().splitlines()[-4:])}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            time.sleep(0.5)
-        else:
-            raise RuntimeError("llama-server did not become healthy in 5 minutes")
-        yield port
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-
-def server_answer(port: int, prompt: list[int], max_new_tokens: int, stops: list[int]) -> list[int]:
-    """One greedy answer (token ids), ending with its stop token when it stopped on one.
-
-    The server leaves the end-of-generation token out of ``tokens``; it stopped on one when
-    ``stop_type`` is "eos", and the target's first stop id (<|im_end|>) is appended, as
-    ``generate()`` would have emitted it (any other end token is kept by ``--check``'s count)."""
-    r = post(port, "/completion", {
-        "prompt": prompt, "n_predict": max_new_tokens, "temperature": 0.0, "top_k": 1,
-        "cache_prompt": False, "return_tokens": True, "stream": False, "seed": 0})
-    tokens = list(r["tokens"])
-    if r.get("stop_type") == "eos" and (not tokens or tokens[-1] not in stops):
-        tokens.append(stops[0])
-    cut = next((k + 1 for k, t in enumerate(tokens) if t in stops), len(tokens))
-    return tokens[:cut][:max_new_tokens]
-
 
 def llama_cpp_answers(port: int, rows: list[torch.Tensor], max_new_tokens: int, stops: list[int],
                       parallel: int) -> list[dict]:
@@ -188,10 +118,6 @@ def llama_cpp_answers(port: int, rows: list[torch.Tensor], max_new_tokens: int, 
     with ThreadPoolExecutor(parallel) as pool:
         return list(pool.map(one, rows))
 
-
-# --------------------------------------------------------------------------------------------
-# The command
-# --------------------------------------------------------------------------------------------
 
 def torch_answers(target, rows: list[torch.Tensor], max_new_tokens: int, stops: list[int],
                   batch_size: int) -> list[dict]:
@@ -229,6 +155,10 @@ def make_shard(engine: str, target, tokenizer, prompts: list[dict], args, port=N
                              args.regen_batch)
     return llama_cpp_answers(port, rows, args.max_new_tokens, stop_ids(tokenizer), args.parallel)
 
+
+# --------------------------------------------------------------------------------------------
+# What the answers are worth: agreement with the fp32 target, coverage
+# --------------------------------------------------------------------------------------------
 
 def agreement(target, data: list[dict], batch_tokens: int = 4096) -> dict:
     """How often the fp32 torch target, fed each answer teacher-forced, picks the answer's own
@@ -270,13 +200,11 @@ def coverage(data: list[dict], held_out: list[dict], ks=(4096, 8192, 16384),
     return out
 
 
-def main(argv=None) -> dict:
-    from ..drafter import default_target_layer_ids
-    from ..target import load_target
-    from ..train_data import feature_pass, in_dtype
-    from . import chat_prompts
-    from .llama_cpp import target_files
+# --------------------------------------------------------------------------------------------
+# The command
+# --------------------------------------------------------------------------------------------
 
+def arguments(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m minidflash answers", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", default="HuggingFaceTB/SmolLM2-135M-Instruct")
@@ -337,29 +265,132 @@ def main(argv=None) -> dict:
                         "vocabulary; default K 4096 8192 16384), counted on all shards but the "
                         "last and measured on them and on the last")
     p.add_argument("--json", default=None, help="write the result here too")
-    args = p.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    return p.parse_args(argv)
+
+
+def open_manifest(args) -> dict:
+    """The folder's answers.json, or a fresh one; refused if it holds another recipe (the prompt
+    counts, the seed, the shards, the answer length: what decides which answers are made)."""
     recipe = {"target": args.target, "n_math": args.n_math, "n_code": args.n_code,
               "n_prose": args.n_prose, "prose_source": args.prose_source, "seed": args.seed,
               "shards": args.shards, "max_new_tokens": args.max_new_tokens}
-    if args.n_story:   # only when asked for: a folder made without stories keeps its recipe
-        recipe["n_story"] = args.n_story
-    if args.n_task:
-        recipe["n_task"] = args.n_task
-    if args.n_chain:
-        recipe["n_chain"] = args.n_chain
-    if args.n_symbolic:
-        recipe["n_symbolic"] = args.n_symbolic
-    if args.n_wide:
-        recipe["n_wide"] = args.n_wide
-    manifest = {"recipe": recipe, "shards": {}}
-    if (out / MANIFEST).is_file():
-        manifest = json.loads((out / MANIFEST).read_text())
-        if manifest["recipe"] != recipe:
-            raise ValueError(f"{out} holds answers of another recipe {manifest['recipe']}; "
-                             f"use those options or another --out.")
+    for kind in ("n_story", "n_task", "n_chain", "n_symbolic", "n_wide"):
+        if getattr(args, kind):   # only when asked for: a folder made without them keeps its recipe
+            recipe[kind] = getattr(args, kind)
+    path = Path(args.out) / MANIFEST
+    if not path.is_file():
+        return {"recipe": recipe, "shards": {}}
+    manifest = json.loads(path.read_text())
+    if manifest["recipe"] != recipe:
+        raise ValueError(f"{args.out} holds answers of another recipe {manifest['recipe']}; "
+                         f"use those options or another --out.")
+    return manifest
+
+
+@contextmanager
+def llama_port(args, target, tokenizer, prompts: list[dict], todo: list[int]):
+    """The llama.cpp server's port while shards are made with ``--engine llama-cpp`` (None for
+    the torch engines, or when nothing is to be made), its slots wide enough for every prompt."""
+    from .llama_cpp import target_files
+
+    if args.engine != "llama-cpp" or not todo:
+        yield None
+        return
+    gguf = Path(args.target_gguf) if args.target_gguf else target_files(args.target, target)[1]
+    if gguf is None:
+        raise ValueError(f"no GGUF known for {args.target}: pass --target-gguf (llama.cpp's "
+                         f"converter makes one from the HF folder).")
+    width = max(len(tokenizer.apply_chat_template(q["messages"], add_generation_prompt=True))
+                for q in prompts)
+    with llama_server(gguf, args.parallel, args.threads, width + args.max_new_tokens + 8,
+                      args.no_repack) as port:
+        yield port
+
+
+def make_shards(args, decoder, tokenizer, prompts: list[dict], todo: list[int], manifest: dict,
+                port, command: str) -> None:
+    """Shard s of ``todo`` is ``prompts[s::shards]``, answered by the engine and saved whole;
+    answers.json is rewritten after each, so a killed run resumes at the next."""
+    out = Path(args.out)
+    for s in todo:
+        shard = prompts[s::args.shards]
+        t0 = time.perf_counter()
+        rows = make_shard(args.engine, decoder, tokenizer, shard, args, port)
+        seconds = time.perf_counter() - t0
+        save_shard(shard_path(out, s), rows, prompts_key(shard))
+        tokens = sum(len(r["ids"]) - r["response_start"] for r in rows)
+        manifest["shards"][str(s)] = {
+            "prompts_key": prompts_key(shard), "answers": len(rows), "answer_tokens": tokens,
+            "seconds": round(seconds, 1), "tokens_per_s": round(tokens / seconds, 1),
+            "engine": args.engine, "dtype": args.dtype if args.engine == "torch" else None,
+            "batch": args.regen_batch if args.engine != "llama-cpp" else args.parallel,
+            "threads": args.threads, "command": command}
+        part = out / (MANIFEST + ".part")
+        part.write_text(json.dumps(manifest, indent=1) + "\n")
+        part.replace(out / MANIFEST)
+        print(f"shard {s}: {len(rows)} answers, {tokens} tokens, {seconds:.0f} s, "
+              f"{tokens / seconds:.0f} answer tokens/s", flush=True)
+
+
+def made_figures(manifest: dict, todo: list[int], engine_name: str) -> dict:
+    """The folder's shards, answers and answer tokens; and this run's, with their speed."""
+    shards = manifest["shards"]
+    result = {"shards": len(shards), "answers": sum(v["answers"] for v in shards.values()),
+              "answer_tokens": sum(v["answer_tokens"] for v in shards.values())}
+    if todo:
+        made = sum(shards[str(s)]["answer_tokens"] for s in todo)
+        text_s = sum(shards[str(s)]["seconds"] for s in todo)
+        result["this_run"] = {"engine": engine_name, "shards": todo, "answer_tokens": made,
+                              "seconds": round(text_s, 1),
+                              "answer_tokens_per_s": round(made / text_s, 1)}
+    return result
+
+
+def time_features(args, target, decoder, manifest: dict, todo: list[int], result: dict) -> None:
+    """--time-features: ``train_data.feature_pass`` over this run's shards (none made: the last
+    there) in --feature-dtype, its speed, text and features end to end, and (not fp32) how far
+    its features are from the fp32 target's; into ``result``."""
+    from ..train_data import feature_pass, in_dtype
+
+    timed = todo or [max(int(s) for s in manifest["shards"])]   # none made: the last there
+    data = [r for s in timed for r in load_shard(shard_path(Path(args.out), s))]
+    made = sum(manifest["shards"][str(s)]["answer_tokens"] for s in timed)
+    text_s = sum(manifest["shards"][str(s)]["seconds"] for s in timed)
+    model = (decoder if decoder.dtype == getattr(torch, args.feature_dtype)
+             else in_dtype(target, args.feature_dtype))
+    t0 = time.perf_counter()
+    feats = feature_pass(model, data, args.layer_ids, progress=False)
+    seconds = time.perf_counter() - t0
+    timing = result["feature_pass"] = {
+        "shards": timed, "layer_ids": args.layer_ids, "dtype": args.feature_dtype,
+        "seconds": round(seconds, 1),
+        "tokens_per_s": round(sum(len(r["ids"]) for r in data) / seconds, 1),
+        "answer_tokens_per_s": round(made / seconds, 1)}
+    if model is not target:   # how far the cheaper features are from the fp32 target's
+        exact = feature_pass(target, data, args.layer_ids, progress=False)
+        err = torch.cat([(a["features"].float() - b["features"].float()).norm(dim=-1)
+                         / b["features"].float().norm(dim=-1) for a, b in zip(feats, exact)])
+        timing["relative_error_mean"] = round(float(err.mean()), 4)
+        timing["relative_error_max"] = round(float(err.max()), 4)
+    timing["text_answer_tokens_per_s"] = round(made / text_s, 1)
+    timing["end_to_end_answer_tokens_per_s"] = round(made / (text_s + seconds), 1)
+    if todo:
+        result["this_run"]["end_to_end_answer_tokens_per_s"] = round(made / (text_s + seconds), 1)
+
+
+def main(argv=None) -> dict:
+    """Make the shards not made yet (``--make-shards``: the first K only), then what was asked
+    for on them: --time-features, --coverage, --check."""
+    from ..drafter import default_target_layer_ids
+    from ..target import load_target
+    from ..train_data import in_dtype
+    from . import chat_prompts
+
+    args = arguments(argv)
+    torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = open_manifest(args)
     prompts = chat_prompts.chat_training_prompts(args.n_math, args.n_code, args.n_prose,
                                                  args.seed, args.prose_source, args.n_story,
                                                  args.n_task, args.n_chain, args.n_symbolic,
@@ -367,90 +398,25 @@ def main(argv=None) -> dict:
     target, tokenizer = load_target(args.target)
     if args.layer_ids is None:
         args.layer_ids = default_target_layer_ids(target.config.num_hidden_layers, 3)
-    todo = [s for s in range(args.shards if args.make_shards is None else args.make_shards) if str(s) not in manifest["shards"]]
+    wanted = args.shards if args.make_shards is None else args.make_shards
+    todo = [s for s in range(wanted) if str(s) not in manifest["shards"]]
     command = "python -m minidflash answers " + " ".join(sys.argv[1:] if argv is None else argv)
-
-    @contextmanager
-    def engine():
-        if args.engine != "llama-cpp" or not todo:
-            yield None
-            return
-        gguf = Path(args.target_gguf) if args.target_gguf else target_files(args.target, target)[1]
-        if gguf is None:
-            raise ValueError(f"no GGUF known for {args.target}: pass --target-gguf (llama.cpp's "
-                             f"converter makes one from the HF folder).")
-        width = max(len(tokenizer.apply_chat_template(q["messages"], add_generation_prompt=True))
-                    for q in prompts)
-        with llama_server(gguf, args.parallel, args.threads, width + args.max_new_tokens + 8,
-                          args.no_repack) as port:
-            yield port
-
     # what makes the text; features and --check always read the fp32 target
     decoder = in_dtype(target, args.dtype) if args.engine == "torch" else target
-    with engine() as port:
-        for s in todo:
-            shard = prompts[s::args.shards]
-            t0 = time.perf_counter()
-            rows = make_shard(args.engine, decoder, tokenizer, shard, args, port)
-            seconds = time.perf_counter() - t0
-            save_shard(shard_path(out, s), rows, prompts_key(shard))
-            tokens = sum(len(r["ids"]) - r["response_start"] for r in rows)
-            manifest["shards"][str(s)] = {
-                "prompts_key": prompts_key(shard), "answers": len(rows), "answer_tokens": tokens,
-                "seconds": round(seconds, 1), "tokens_per_s": round(tokens / seconds, 1),
-                "engine": args.engine, "dtype": args.dtype if args.engine == "torch" else None,
-                "batch": args.regen_batch if args.engine != "llama-cpp" else args.parallel,
-                "threads": args.threads, "command": command}
-            part = out / (MANIFEST + ".part")
-            part.write_text(json.dumps(manifest, indent=1) + "\n")
-            part.replace(out / MANIFEST)
-            print(f"shard {s}: {len(rows)} answers, {tokens} tokens, {seconds:.0f} s, "
-                  f"{tokens / seconds:.0f} answer tokens/s", flush=True)
-    result = {"shards": len(manifest["shards"]),
-              "answers": sum(v["answers"] for v in manifest["shards"].values()),
-              "answer_tokens": sum(v["answer_tokens"] for v in manifest["shards"].values())}
-    if todo:
-        made = sum(manifest["shards"][str(s)]["answer_tokens"] for s in todo)
-        text_s = sum(manifest["shards"][str(s)]["seconds"] for s in todo)
-        result["this_run"] = {"engine": args.engine, "shards": todo, "answer_tokens": made,
-                              "seconds": round(text_s, 1),
-                              "answer_tokens_per_s": round(made / text_s, 1)}
+    with llama_port(args, target, tokenizer, prompts, todo) as port:
+        make_shards(args, decoder, tokenizer, prompts, todo, manifest, port, command)
+    result = made_figures(manifest, todo, args.engine)
     if args.time_features and manifest["shards"]:
-        timed = todo or [max(int(s) for s in manifest["shards"])]   # none made: the last there
-        data = [r for s in timed for r in load_shard(shard_path(out, s))]
-        made = sum(manifest["shards"][str(s)]["answer_tokens"] for s in timed)
-        text_s = sum(manifest["shards"][str(s)]["seconds"] for s in timed)
-        model = (decoder if decoder.dtype == getattr(torch, args.feature_dtype)
-                 else in_dtype(target, args.feature_dtype))
-        t0 = time.perf_counter()
-        feats = feature_pass(model, data, args.layer_ids, progress=False)
-        seconds = time.perf_counter() - t0
-        result["feature_pass"] = {
-            "shards": timed, "layer_ids": args.layer_ids, "dtype": args.feature_dtype,
-            "seconds": round(seconds, 1),
-            "tokens_per_s": round(sum(len(r["ids"]) for r in data) / seconds, 1),
-            "answer_tokens_per_s": round(made / seconds, 1)}
-        if model is not target:   # how far the cheaper features are from the fp32 target's
-            exact = feature_pass(target, data, args.layer_ids, progress=False)
-            err = torch.cat([(a["features"].float() - b["features"].float()).norm(dim=-1)
-                             / b["features"].float().norm(dim=-1) for a, b in zip(feats, exact)])
-            result["feature_pass"]["relative_error_mean"] = round(float(err.mean()), 4)
-            result["feature_pass"]["relative_error_max"] = round(float(err.max()), 4)
-        result["feature_pass"]["text_answer_tokens_per_s"] = round(made / text_s, 1)
-        result["feature_pass"]["end_to_end_answer_tokens_per_s"] = round(made / (text_s + seconds), 1)
-        if todo:
-            result["this_run"]["end_to_end_answer_tokens_per_s"] = round(made / (text_s + seconds), 1)
+        time_features(args, target, decoder, manifest, todo, result)
     if args.coverage is not None:
         n = len(manifest["shards"])
         if n < 2:
             raise ValueError("--coverage needs two shards or more (the last one is held out)")
-        result["coverage"] = coverage(load_answers(out, n - 1),
-                                      load_shard(shard_path(out, n - 1)),
+        result["coverage"] = coverage(load_answers(out, n - 1), load_shard(shard_path(out, n - 1)),
                                       args.coverage or (4096, 8192, 16384),
                                       target.config.vocab_size)
     if args.check:
-        data = load_answers(out, len(manifest["shards"]))[:args.check]
-        result["check"] = agreement(target, data)
+        result["check"] = agreement(target, load_answers(out, len(manifest["shards"]))[:args.check])
     print(json.dumps(result, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps({"command": command, **result}, indent=1) + "\n")

@@ -1,6 +1,6 @@
 """llama.cpp's programs as ``python -m minidflash llama-cpp`` (``llama_cpp.py``) and ``answers``
-use them: finding them, their command lines, running them, reading what they print, and
-llama.cpp's own converter to GGUF.
+use them: finding them, their command lines, running them (``llama-server`` too, answering over
+HTTP), reading what they print, and llama.cpp's own converter to GGUF.
 
 Not a paper section: the engine people run on their own machines. llama.cpp is optional: only
 those commands need it. It is found through ``LLAMA_CPP_DIR`` (a llama.cpp folder holding
@@ -14,8 +14,13 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 ENV = "LLAMA_CPP_DIR"
@@ -298,3 +303,72 @@ def bench_command(tools, target_gguf, threads: list[int], repetitions=5, no_repa
     return [tools[BENCH], "-m", target_gguf, "-p", "4,8,16", "-n", "32",
             "-t", ",".join(map(str, threads)), "-r", repetitions, "-o", "json",
             *(["--repack", "0"] if no_repack else [])]
+
+
+# --------------------------------------------------------------------------------------------
+# llama.cpp's server
+# --------------------------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def post(port: int, path: str, body: dict, timeout: float = 600) -> dict:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+@contextmanager
+def llama_server(gguf: Path, parallel: int, threads: int, slot_ctx: int, no_repack: bool = False):
+    """llama-server on the loopback with ``parallel`` slots of ``slot_ctx`` tokens each; yields
+    its port and stops it on exit. Waits for /health (loading takes a few seconds)."""
+    port = free_port()
+    cmd = [find_binary(SERVER), "-m", gguf, "--host", "127.0.0.1", "--port", port,
+           "-np", parallel, "-c", parallel * slot_ctx, "-t", threads, "-tb", threads,
+           "--seed", "0", *(["-nr"] if no_repack else [])]
+    proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, errors="replace")
+    try:
+        for _ in range(600):
+            if proc.poll() is not None:
+                hint = (" It died of an illegal instruction (a CPU kernel this machine cannot "
+                        "run, e.g. AMX weight repacking): pass --no-repack."
+                        if proc.returncode in (-signal.SIGILL, 128 + signal.SIGILL) else "")
+                raise RuntimeError(f"llama-server exited ({proc.returncode}).{hint} Last lines: "
+                                   f"{' | '.join(proc.stderr.read().strip().splitlines()[-4:])}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.5)
+        else:
+            raise RuntimeError("llama-server did not become healthy in 5 minutes")
+        yield port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def server_answer(port: int, prompt: list[int], max_new_tokens: int, stops: list[int]) -> list[int]:
+    """One greedy answer (token ids), ending with its stop token when it stopped on one.
+
+    The server leaves the end-of-generation token out of ``tokens``; it stopped on one when
+    ``stop_type`` is "eos", and the target's first stop id (<|im_end|>) is appended, as
+    ``generate()`` would have emitted it (any other end token is kept by ``--check``'s count)."""
+    r = post(port, "/completion", {
+        "prompt": prompt, "n_predict": max_new_tokens, "temperature": 0.0, "top_k": 1,
+        "cache_prompt": False, "return_tokens": True, "stream": False, "seed": 0})
+    tokens = list(r["tokens"])
+    if r.get("stop_type") == "eos" and (not tokens or tokens[-1] not in stops):
+        tokens.append(stops[0])
+    cut = next((k + 1 for k, t in enumerate(tokens) if t in stops), len(tokens))
+    return tokens[:cut][:max_new_tokens]
