@@ -1,11 +1,13 @@
 """The package's layers run one way: a module imports only modules below it, the core never
-imports the tools, and no module reaches into another's private names."""
+imports the tools, and no module reaches into another's private names. And every module stays
+short enough to read in one sitting: ``MAX_LINES`` at most, split along its seams past that."""
 
 import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "minidflash"
 
+MAX_LINES = 500
 # Each core module and the core modules it may import (directly or lazily).
 LAYERS = ["config", "mask", "hub", "kernel", "attention", "target", "drafter", "ar_drafter", "batch",
           "verifier", "train_data", "train_start", "trainer"]
@@ -62,3 +64,27 @@ def test_the_check_sees_a_planted_upward_import(tmp_path):
     planted.write_text((PKG / "mask.py").read_text() + "\nfrom .drafter import DFlashDrafter\n")
     assert "minidflash.drafter" not in [m for m, _ in imports_of(PKG / "mask.py")]
     assert ("minidflash.drafter", ["DFlashDrafter"]) in imports_of(planted, pkg="minidflash")
+
+
+def modules_over(root: Path, limit: int = MAX_LINES) -> list[str]:
+    """"path: N lines" for every .py file under ``root`` (core and tools) longer than limit."""
+    over = []
+    for path in sorted(root.rglob("*.py")):
+        n = len(path.read_text().splitlines())
+        if n > limit:
+            over.append(f"{path.relative_to(root.parent).as_posix()}: {n} lines")
+    return over
+
+
+def test_every_module_fits_the_line_budget():
+    over = modules_over(PKG)
+    assert not over, f"over {MAX_LINES} lines (split along the seams it has): {', '.join(over)}"
+
+
+def test_the_line_budget_sees_a_planted_long_module(tmp_path):
+    """The check itself: a tools module of 501 lines is named with its count, 500 pass."""
+    pkg = tmp_path / "minidflash"
+    (pkg / "tools").mkdir(parents=True)
+    (pkg / "tools" / "long.py").write_text("x = 1\n" * (MAX_LINES + 1))
+    (pkg / "short.py").write_text("x = 1\n" * MAX_LINES)
+    assert modules_over(pkg) == ["minidflash/tools/long.py: 501 lines"]
