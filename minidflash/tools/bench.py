@@ -336,6 +336,11 @@ def compare(a, target, tokenizer, command: str) -> dict:
         except ValueError as e:
             raise SystemExit(f"bench --methods: {e}") from None
         drafters = m.load_method_drafters(a.methods, target, a.drafter, a.ar_drafter)
+
+        def plot(results, path):            # the bars, and the depth figure beside them
+            m.plot_methods(results, path)
+            if m.families(results["suites"][next(iter(results["suites"]))]["methods"]):
+                m.plot_depth(results, path.with_name(path.stem + "_depth.png"))
         result = {"methods": a.methods, "max_new_tokens": a.max_new_tokens, "n": a.n,
                   "split": a.split, "threads": torch.get_num_threads(), "suites": {}}
         m.run_methods(target, tokenizer, [{"messages": [{"role": "user", "content": "warm up"}]}],
@@ -352,11 +357,9 @@ def compare(a, target, tokenizer, command: str) -> dict:
                          f"draft {s['draft_ms_per_step']:5.1f} ms verify {s['verify_ms_per_step']:5.1f} ms/step  ")
                 print(f"{suite:>11} {spec:>28}  tau {tau}  {split}TPOT {s['tpot_ms']:5.1f} ms  "
                       f"speedup {s['speedup']:.2f}x  identical {s['identical']}")
-        result["wall_s"] = round(time.time() - t0, 1)
-
-        def plot(results, path):            # the bars, and the depth figure beside them
-            m.plot_methods(results, path)
-            m.plot_depth(results, path.with_name(path.stem + "_depth.png"))
+            result["wall_s"] = round(time.time() - t0, 1)
+            if suite != a.suites[-1]:       # a long run keeps the suites it has finished
+                write({**result, "command": command}, a.json, plot)
     result["command"] = command
     result["threads"] = torch.get_num_threads()
     write(result, a.json, plot)
