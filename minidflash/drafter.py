@@ -31,7 +31,7 @@ and model.safetensors with exactly the tensors ``layers.{i}.*``, ``fc.weight``,
 
 A draft vocabulary (optional; the reduced draft vocabulary of EAGLE-3 and FR-Spec): the drafter
 may score only K token ids ``draft_vocab`` (the K most frequent of the target's regenerated
-answers, ``trainer.draft_vocabulary``), a slice of the target's lm_head rows:
+answers, ``train_data.draft_vocabulary``), a slice of the target's lm_head rows:
        d_j = draft_vocab[ argmax_i  W_lm[draft_vocab[i]] . h_j ]            (K, H) rows, not (V, H)
 Verification still scores all V tokens, so decoding stays lossless; a token outside the slice is
 never drafted, only emitted by the target. The ids live in ``draft_vocab.json`` next to the
@@ -224,7 +224,7 @@ class DFlashDrafter(nn.Module):
         V = self.config.vocab_size
         if ids.dim() != 1 or ids.numel() == 0 or ids.dtype.is_floating_point or ids.dtype == torch.bool:
             raise ValueError(f"draft_vocab must be a non-empty 1-D list of integer token ids, got "
-                             f"{tuple(ids.shape)} {ids.dtype}; e.g. trainer.draft_vocabulary(data, k).")
+                             f"{tuple(ids.shape)} {ids.dtype}; e.g. train_data.draft_vocabulary(data, k).")
         ids = ids.long()
         if int(ids.min()) < 0 or int(ids.max()) >= V:
             bad = ids[(ids < 0) | (ids >= V)][:5].tolist()

@@ -10,7 +10,7 @@ PKG = Path(__file__).resolve().parent.parent / "minidflash"
 MAX_LINES = 500
 # Each core module and the core modules it may import (directly or lazily).
 LAYERS = ["config", "mask", "hub", "kernel", "attention", "target", "drafter", "ar_drafter", "batch",
-          "verifier", "train_data", "train_start", "trainer"]
+          "verifier", "tree", "train_data", "train_start", "trainer"]
 
 
 def imports_of(path: Path, pkg: str | None = None) -> list[tuple[str, list[str]]]:
