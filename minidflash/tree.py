@@ -211,7 +211,7 @@ def tree_generate(target, drafter: DFlashDrafter, input_ids: torch.Tensor, max_n
     draft_cache = drafter.new_cache()
     t1 = clock(device)
 
-    new, drafted, lengths = [token], [False], []
+    new, drafted, lengths, verified = [token], [False], [], []
     draft_time = verify_time = 0.0
     start = input_ids.shape[1]                   # position of `token`, the tree's root
     done = token in stops
@@ -240,6 +240,7 @@ def tree_generate(target, drafter: DFlashDrafter, input_ids: torch.Tensor, max_n
         done = not stops.isdisjoint(committed)
         drafted += [True] * len(path) + [False]
         lengths.append(len(path) + 1)
+        verified.append(len(tokens))
         start += len(path) + 1
         draft_time += tv - ts
         verify_time += te - tv
@@ -253,4 +254,4 @@ def tree_generate(target, drafter: DFlashDrafter, input_ids: torch.Tensor, max_n
     return GenerationResult(output_ids=output_ids, prompt_length=input_ids.shape[1],
                             acceptance_lengths=lengths, drafted=drafted[:len(new)],
                             prefill_time=t1 - t0, draft_time=draft_time, verify_time=verify_time,
-                            decode_time=t2 - t1, block_size=B)
+                            decode_time=t2 - t1, block_size=B, verified=verified)
