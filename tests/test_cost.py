@@ -38,12 +38,14 @@ def test_figure_3_costs_are_interpolated_through_its_points():
 
 def test_the_measured_regime_explains_the_measured_speedups():
     # Projection from measured per-step costs and tau matches the bench's own speedup up to
-    # the loop's overhead (left out: the projection is a little higher, never far off).
+    # the loop's overhead (left out: the projection is a little higher, never far off). A step
+    # that verifies a fixed block only: with the confidence cut steps are uneven and more of
+    # them commit few tokens, so a mean step's price no longer stands for them (notebook 13).
     bench = json.loads((RESULTS_DIR / "methods.json").read_text())
     for suite in bench["suites"].values():
         regime = cost.measured_regime(suite)
         for m, s in suite["methods"].items():
-            if m in regime.draft_ms:
+            if m in regime.draft_ms and "/p" not in m:
                 projected = regime.project(m, s["tau"])["speedup"]
                 assert s["speedup"] * 0.95 <= projected <= s["speedup"] * 1.25, m
 
