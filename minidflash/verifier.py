@@ -272,13 +272,10 @@ def speculative_generate(target, drafter: DFlashDrafter | None, input_ids: torch
         # 4. Accept the longest agreeing prefix, plus the target's bonus token.
         a, committed, choice = accept(block, out.logits, temperature, generator)
         if record_steps:
-            step = {"start": start, "draft": block[0, 1:].tolist(),
-                    "target": choice[0].tolist(), "accepted": a, "p_draft": None}
+            step = _step_record(start, block[0].tolist(), choice[0].tolist(), a, out.logits[0],
+                                temperature)
             if q is not None:     # the drafter's probabilities of all B-1 drafts, before the cut
                 step["q"] = q[0].tolist()
-            if temperature > 0:  # probability that the target's sample equals each draft token
-                probs = torch.softmax(out.logits[0, :-1].float() / temperature, -1)
-                step["p_draft"] = probs.gather(-1, block[0, 1:, None])[:, 0].tolist()
             steps.append(step)
         new += committed
         done = not stops.isdisjoint(committed)
@@ -470,7 +467,9 @@ def speculative_generate_batch(target, drafter: DFlashDrafter | None, input_ids:
 
 
 def _step_record(start: int, block: list, choice: list, a: int, logits, temperature) -> dict:
-    """One step of one row as ``record_steps`` keeps it (logits (B, V) of that row)."""
+    """One step of one row as ``record_steps`` keeps it (logits (B, V) of that row): the
+    drafts, the target's choices, a, and at T > 0 the probability that the target's sample
+    equals each draft token."""
     step = {"start": start, "draft": block[1:], "target": choice, "accepted": a, "p_draft": None}
     if temperature > 0:
         probs = torch.softmax(logits[:-1].float() / temperature, -1)

@@ -120,23 +120,41 @@ def plot(results: dict, path: Path) -> None:
     fig.savefig(path, dpi=100)
 
 
+def median_ms(fn, repeats: int, device=None) -> float:
+    """Median milliseconds of ``repeats`` calls of fn, each timed by ``clock``."""
+    ts = []
+    for _ in range(repeats):
+        t = clock(device)
+        fn()
+        ts.append(clock(device) - t)
+    return 1e3 * sorted(ts)[len(ts) // 2]
+
+
+def take_turns(measure, threads, rounds: int) -> dict:
+    """{t: [measure() at t torch threads, one per round]}: the thread counts take turns round by
+    round (order reversed every other round), so all see the same machine state; the caller's
+    thread count is restored."""
+    runs, before = {t: [] for t in threads}, torch.get_num_threads()
+    try:
+        for r in range(rounds):
+            for t in (threads if r % 2 == 0 else threads[::-1]):
+                torch.set_num_threads(t)
+                runs[t].append(measure())
+    finally:
+        torch.set_num_threads(before)
+    return runs
+
+
 @torch.no_grad()
 def step_times(target, drafter, context: int = 512, repeats: int = 20) -> dict:
     """Median milliseconds of the pieces of a step: a prefill of `context` tokens, a plain
     decode step, a verify pass over B tokens, and one drafter call for a block of B."""
     from transformers import DynamicCache
 
-    def median_ms(fn):
-        ts = []
-        for _ in range(repeats):
-            t = clock(ids.device)
-            fn()
-            ts.append(clock(ids.device) - t)
-        return 1e3 * sorted(ts)[len(ts) // 2]
-
+    median = lambda fn: median_ms(fn, repeats, ids.device)
     ids = torch.randint(0, 200, (1, context))
     cache = DynamicCache()
-    out = {"prefill_ms": median_ms(lambda: target(input_ids=ids))}
+    out = {"prefill_ms": median(lambda: target(input_ids=ids))}
     target(input_ids=ids, **cache_kwargs(target, cache))
     hidden = torch.randn(1, context, len(drafter.target_layer_ids) * target.config.hidden_size)
     for B in (1, 4, 8, 16):
@@ -147,11 +165,11 @@ def step_times(target, drafter, context: int = 512, repeats: int = 20) -> dict:
             target(input_ids=block, position_ids=pos, **cache_kwargs(target, cache),
                    output_hidden_states=True)
             crop_cache(cache, context)
-        out[f"verify_{B}_ms"] = median_ms(verify)
+        out[f"verify_{B}_ms"] = median(verify)
         if B > 1:
             dcache = drafter.new_cache()
             drafter.draft(target, ids[:, -1], hidden, context, dcache, B)   # context in the cache
-            out[f"draft_{B}_ms"] = median_ms(
+            out[f"draft_{B}_ms"] = median(
                 lambda: drafter.draft(target, ids[:, -1], hidden[:, :0], context, dcache, B))
     out["decode_ms"] = out.pop("verify_1_ms")
     return out
@@ -162,14 +180,7 @@ def step_times_by_threads(target, drafter, threads, context: int = 512, repeats:
     """``step_times`` at each torch thread count, the counts taking turns for ``rounds`` rounds
     (so all see the same machine state); per count the median over rounds of each piece, and
     what a DFlash step costs in plain decode steps (B = 16: one draft + one 16-token verify)."""
-    runs, before = {t: [] for t in threads}, torch.get_num_threads()
-    try:
-        for r in range(rounds):
-            for t in (threads if r % 2 == 0 else threads[::-1]):
-                torch.set_num_threads(t)
-                runs[t].append(step_times(target, drafter, context, repeats))
-    finally:
-        torch.set_num_threads(before)
+    runs = take_turns(lambda: step_times(target, drafter, context, repeats), threads, rounds)
     out = {}
     for t, rs in runs.items():
         ms = {k: sorted(x[k] for x in rs)[len(rs) // 2] for k in rs[0]}

@@ -26,19 +26,11 @@ from transformers import DynamicCache
 
 from ..drafter import load_drafter
 from ..target import chat_ids, load_target, stop_ids
-from ..verifier import cache_kwargs, clock, crop_cache, speculative_generate
+from ..verifier import cache_kwargs, crop_cache, speculative_generate
 from . import corpus
+from .bench import median_ms, take_turns
 
 BINS = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
-
-
-def median_ms(fn, repeats: int) -> float:
-    ts = []
-    for _ in range(repeats):
-        t = clock()
-        fn()
-        ts.append(clock() - t)
-    return 1e3 * sorted(ts)[len(ts) // 2]
 
 
 @torch.inference_mode()
@@ -68,14 +60,7 @@ def verify_curve(target, drafter, context: int = 256, max_k: int = 16, repeats: 
 def curve_by_threads(target, drafter, threads, rounds: int = 3, **kw) -> dict:
     """``verify_curve`` at each thread count, the counts taking turns; per count the median over
     rounds, and t(k) / t(1): the cost of a pass over k tokens in plain decode steps."""
-    runs, before = {t: [] for t in threads}, torch.get_num_threads()
-    try:
-        for r in range(rounds):
-            for t in (threads if r % 2 == 0 else threads[::-1]):
-                torch.set_num_threads(t)
-                runs[t].append(verify_curve(target, drafter, **kw))
-    finally:
-        torch.set_num_threads(before)
+    runs = take_turns(lambda: verify_curve(target, drafter, **kw), threads, rounds)
     med = lambda xs: sorted(xs)[len(xs) // 2]
     out = {}
     for t, rs in runs.items():
