@@ -59,9 +59,10 @@ from transformers.models.qwen3.modeling_qwen3 import (Qwen3MLP, Qwen3RMSNorm,
 from .attention import attend, check_backend, default_backend
 from .config import PAPER, TINY_DRAFTER_DIR
 from .hub import snapshot
+from .verify_cost import VerifyCost, costs_from_dict, costs_to_dict
 
 DRAFT_VOCAB_FILE = "draft_vocab.json"     # optional, beside the published config + weights
-DECODING_FILE = "decoding.json"           # optional: {"p_min": p}, the drafter's default cut
+DECODING_FILE = "decoding.json"   # optional: {"p_min": p, "cost": {...}}, how a step spends its verify
 
 
 def default_target_layer_ids(num_target_layers: int, num_features: int) -> list[int]:
@@ -213,6 +214,8 @@ class DFlashDrafter(nn.Module):
         self._head_rows = None  # (weakref to lm_head weight, its version, vocab, rows): the slice
         # the confidence cut speculative_generate applies by default (decoding.json; 0: none)
         self.p_min = 0.0
+        # verify lengths by measured cost (verify_cost.py): curves by thread count (0: any)
+        self.costs: dict[int, VerifyCost] | None = None
         self.apply(self._init_weights)
 
     def set_draft_vocab(self, token_ids) -> None:
@@ -370,8 +373,11 @@ class DFlashDrafter(nn.Module):
         if self.draft_vocab is not None:
             (tmp / DRAFT_VOCAB_FILE).write_text(json.dumps(
                 {"token_ids": self.draft_vocab.tolist()}, separators=(",", ":")) + "\n")
-        if self.p_min:
-            (tmp / DECODING_FILE).write_text(json.dumps({"p_min": self.p_min}) + "\n")
+        decoding = {"p_min": self.p_min} if self.p_min else {}
+        if self.costs:
+            decoding["cost"] = costs_to_dict(self.costs)
+        if decoding:
+            (tmp / DECODING_FILE).write_text(json.dumps(decoding) + "\n")
         if out.exists():
             import shutil
             shutil.rmtree(out)
@@ -429,11 +435,17 @@ def load_drafter(name_or_path=None, target=None, dtype=torch.float32, device="cp
                              f'{{"token_ids": [...]}} for this drafter: {e} (delete the file to '
                              f"draft over the full vocabulary).") from e
     if (path / DECODING_FILE).is_file():
-        p_min = json.loads((path / DECODING_FILE).read_text()).get("p_min", 0.0)
+        decoding = json.loads((path / DECODING_FILE).read_text())
+        p_min = decoding.get("p_min", 0.0)
         if not isinstance(p_min, (int, float)) or not 0 <= p_min < 1:
             raise ValueError(f"{path / DECODING_FILE}: p_min must be a number in [0, 1), got "
                              f"{p_min!r} (0 verifies every drafted token).")
         drafter.p_min = float(p_min)
+        if "cost" in decoding:
+            try:
+                drafter.costs = costs_from_dict(decoding["cost"])
+            except ValueError as e:
+                raise ValueError(f"{path / DECODING_FILE}: {e}") from e
     if target is not None:
         check_fits(drafter, target)
     return drafter

@@ -24,7 +24,9 @@ leading slots with q_j >= p_min (m = 0: a plain decode step). On a CPU a verify 
 tokens costs more the larger k is, so tokens the drafter itself doubts are cheaper left out. The
 cut reads the drafter's outputs only, never the target's, so it changes how many tokens a step
 can certify, not which: greedy output stays identical and sampling exact. A drafter's files may
-carry its default (``decoding.json``, ``drafter.p_min``).
+carry its default (``decoding.json``, ``drafter.p_min``). ``cost`` (verify_cost.py) instead
+picks the m with the most expected tokens per unit of measured time, and skips the drafter for a
+while (plain steps) where no m pays; both may be on at once (m is the smaller).
 
 Many requests at once (``speculative_generate_batch``): input_ids (N, S), left-padded, with an
 attention_mask, as transformers' ``generate`` takes them. Each row accepts its own a_i + 1
@@ -50,6 +52,7 @@ from transformers import DynamicCache
 from . import batch as ragged
 from .ar_drafter import ARDrafter
 from .drafter import DFlashDrafter, check_fits, target_features
+from .verify_cost import VerifyCost, confident_prefix, for_threads
 
 
 @dataclass
@@ -137,20 +140,14 @@ def accepted_lengths(block: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (block[:, 1:] == y[:, :-1]).long().cumprod(1).sum(1)
 
 
-def confident_prefix(q: torch.Tensor, p_min: float) -> torch.Tensor:
-    """m per row: how many leading drafted slots the drafter gives probability >= p_min.
-    q (N, k) the drafter's probability of each drafted token -> (N,), 0..k."""
-    return (q >= p_min).long().cumprod(1).sum(1)
-
-
-def draft_block(drafter, target, token, hidden, start, cache, B, p_min, **context):
-    """[t, d_1..d_{B-1}] from one draft, and q (N, B-1) (None unless p_min > 0).
+def draft_block(drafter, target, token, hidden, start, cache, B, p_min, want=False, **context):
+    """[t, d_1..d_{B-1}] from one draft, and q (N, B-1) (None unless p_min > 0 or want).
 
     The drafter's chain or block comes back whole; ``confident_prefix`` decides how much of it
     the target verifies. An autoregressive drafter is told p_min so that its chain stops after
     the first doubtful token: the passes it would spend after it are saved too.
     """
-    want = p_min > 0
+    want = want or p_min > 0
     kwargs = {"with_probs": True} if want else {}
     if want and isinstance(drafter, ARDrafter):
         kwargs["p_min"] = p_min
@@ -170,6 +167,18 @@ def accept(block: torch.Tensor, logits: torch.Tensor, temperature: float, genera
     y = _choose(logits, temperature, generator)                                # (1, B)
     a = int(accepted_lengths(block, y)[0])
     return a, block[0, 1:a + 1].tolist() + [int(y[0, a])], y
+
+
+def _budget(drafter, block_size, p_min, cost):
+    """The cut and the cost model a call uses: None takes the drafter's, False/0 none."""
+    if p_min is None:
+        p_min = getattr(drafter, "p_min", 0.0) if block_size > 1 else 0.0
+    if cost is None and block_size > 1 and getattr(drafter, "costs", None):
+        cost = for_threads(drafter.costs)            # the curve for torch's thread count
+    if cost not in (None, False) and not isinstance(cost, VerifyCost):
+        raise ValueError(f"cost must be a VerifyCost (or None for the drafter's, False for "
+                         f"none), got {cost!r}.")
+    return p_min, cost or None
 
 
 def _validate(target, drafter, input_ids, max_new_tokens, block_size, temperature, p_min=0.0):
@@ -210,13 +219,15 @@ def speculative_generate(target, drafter: DFlashDrafter | None, input_ids: torch
                          temperature: float = 0.0, stop_token_ids=None,
                          generator: torch.Generator | None = None,
                          record_steps: bool = False, attention_mask: torch.Tensor | None = None,
-                         p_min: float | None = None) -> GenerationResult | list[GenerationResult]:
+                         p_min: float | None = None, cost: VerifyCost | bool | None = None
+                         ) -> GenerationResult | list[GenerationResult]:
     """Decode up to max_new_tokens after input_ids (1, S) with draft -> verify -> accept.
 
     block_size None takes the drafter's; 1 is plain autoregressive decoding. Generation stops
     after the first stop token (which is kept). At temperature > 0 the target samples with
     ``generator``; the drafter always drafts greedily. p_min: the confidence cut (None takes the
-    drafter's ``p_min``, 0 verifies the whole block).
+    drafter's ``p_min``, 0 verifies the whole block). cost: a ``VerifyCost`` choosing m by
+    expected tokens per unit of time (None takes the drafter's, False none).
 
     With an attention_mask, input_ids is a batch (N, S), left-padded, and the answer is a list
     of N results, one per row: ``speculative_generate_batch``.
@@ -224,11 +235,10 @@ def speculative_generate(target, drafter: DFlashDrafter | None, input_ids: torch
     if attention_mask is not None:
         return speculative_generate_batch(target, drafter, input_ids, max_new_tokens,
                                           attention_mask, block_size, temperature,
-                                          stop_token_ids, generator, record_steps, p_min)
+                                          stop_token_ids, generator, record_steps, p_min, cost)
     if block_size is None:
         block_size = drafter.block_size if drafter is not None else 1
-    if p_min is None:
-        p_min = getattr(drafter, "p_min", 0.0) if block_size > 1 else 0.0
+    p_min, cost = _budget(drafter, block_size, p_min, cost)
     _validate(target, drafter, input_ids, max_new_tokens, block_size, temperature, p_min)
     if input_ids.shape[0] != 1:
         raise ValueError(f"speculative_generate decodes one sequence at a time without an "
@@ -254,15 +264,20 @@ def speculative_generate(target, drafter: DFlashDrafter | None, input_ids: torch
     context_ids = input_ids                       # the tokens whose features are in `hidden`
     start = input_ids.shape[1]                    # position of `token`, the block's slot 0
     done = new[0] in stops
+    skip = wait = 0                               # plain steps after drafts that did not pay
     while len(new) < max_new_tokens and not done:
         # 2. Draft B-1 tokens in one drafter pass; keep the confident prefix d_1..d_m.
         ts = clock(device)
-        block, q = token.view(1, 1), None
-        if B > 1:
+        block, q, fed = token.view(1, 1), None, B > 1 and not wait
+        if fed:
             block, q = draft_block(drafter, target, token, hidden, start, draft_cache, B, p_min,
-                                   context_ids=context_ids)                    # (1, B)
-            if p_min > 0:
-                block = block[:, :1 + int(confident_prefix(q, p_min)[0])]      # (1, m+1)
+                                   want=bool(cost), context_ids=context_ids)   # (1, B)
+            m = int(confident_prefix(q, p_min)[0]) if p_min > 0 else B - 1
+            if cost:
+                m, rate = cost.best_length(q[0, :m])
+                skip = wait = cost.next_skip(rate, skip)
+            block = block[:, :1 + m]                                           # (1, m+1)
+        wait -= not fed and wait > 0
         tv = clock(device)
         # 3. Verify the block in one target pass.
         pos = torch.arange(start, start + block.shape[1], device=device)[None]
@@ -285,9 +300,10 @@ def speculative_generate(target, drafter: DFlashDrafter | None, input_ids: torch
         token = choice[:, a]
         start += a + 1
         crop_cache(cache, start)                          # keep t, d_1..d_a; the bonus is not fed yet
-        if B > 1:
-            hidden = target_features(out.hidden_states, layer_ids)[:, :a + 1]
-            context_ids = block[:, :a + 1]
+        if B > 1:         # the drafter's next context; a skipped draft leaves its own unread
+            h, ids = target_features(out.hidden_states, layer_ids)[:, :a + 1], block[:, :a + 1]
+            hidden = h if fed else torch.cat([hidden, h], 1)
+            context_ids = ids if fed else torch.cat([context_ids, ids], 1)
         draft_time += tv - ts
         verify_time += te - tv
 
@@ -334,8 +350,8 @@ def speculative_generate_batch(target, drafter: DFlashDrafter | None, input_ids:
                                max_new_tokens: int, attention_mask: torch.Tensor | None = None,
                                block_size: int | None = None, temperature: float = 0.0,
                                stop_token_ids=None, generator: torch.Generator | None = None,
-                               record_steps: bool = False, p_min: float | None = None
-                               ) -> list[GenerationResult]:
+                               record_steps: bool = False, p_min: float | None = None,
+                               cost: VerifyCost | bool | None = None) -> list[GenerationResult]:
     """N requests at once: input_ids (N, S), left-padded, attention_mask (N, S) (None: no
     padding). One result per row, as ``speculative_generate`` would return for that prompt
     alone: the same tokens when greedy, the same distribution at T > 0.
@@ -347,12 +363,12 @@ def speculative_generate_batch(target, drafter: DFlashDrafter | None, input_ids:
     max_new_tokens leave the batch. Timings are the batch's: a row's draft and verify time sum
     the steps it took part in; its decode time runs from the prefill's end to its own last step.
     With a confidence cut each row keeps its own m_i drafts: the verify pass is as wide as the
-    longest row's m + 1, and a row accepts at most its own m_i.
+    longest row's m + 1, and a row accepts at most its own m_i. A cost model picks each row's
+    m_i the same way; the batch never skips the drafter (its rows would disagree on when).
     """
     if block_size is None:
         block_size = drafter.block_size if drafter is not None else 1
-    if p_min is None:
-        p_min = getattr(drafter, "p_min", 0.0) if block_size > 1 else 0.0
+    p_min, cost = _budget(drafter, block_size, p_min, cost)
     _validate(target, drafter, input_ids, max_new_tokens, block_size, temperature, p_min)
     mask = _validate_batch(drafter, input_ids, attention_mask, block_size)   # (N, S) bool
     B, device = block_size, input_ids.device
@@ -404,9 +420,12 @@ def speculative_generate_batch(target, drafter: DFlashDrafter | None, input_ids:
         if B > 1:
             seen = torch.cat([draft_valid, fresh], 1)                         # (n, Ld + C)
             block, q = draft_block(drafter, target, token, hidden, start, draft_cache, B, p_min,
-                                   context_mask=seen)                         # (n, B)
-            if p_min > 0:                       # each row its own m; the pass as wide as the widest
-                m = confident_prefix(q, p_min)                                # (n,)
+                                   want=bool(cost), context_mask=seen)        # (n, B)
+            if p_min > 0 or cost:               # each row its own m; the pass as wide as the widest
+                m = confident_prefix(q, p_min) if p_min > 0 else q.new_full((n,), B - 1).long()
+                if cost:
+                    m = torch.tensor([cost.best_length(q[i, :int(m[i])])[0] for i in range(n)],
+                                     device=device)
                 block = block[:, :1 + int(m.max())]                           # (n, W)
             draft_valid = ragged.compact(draft_cache, seen)
         tv = clock(device)

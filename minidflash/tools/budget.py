@@ -83,7 +83,7 @@ def calibration(target, tokenizer, drafter, rows, max_new_tokens: int, block_siz
     for row in rows:
         out = speculative_generate(target, drafter, chat_ids(tokenizer, row["messages"]),
                                    max_new_tokens, block_size=B, stop_token_ids=stops,
-                                   record_steps=True, p_min=no_cut)
+                                   record_steps=True, p_min=no_cut, cost=False)
         for step in out.steps:
             product = 1.0
             for j, q in enumerate(step["q"]):

@@ -7,7 +7,9 @@ The paper's comparison (DFlash against EAGLE-3) plus what a user has without tra
                    size and its decoding.json cut): what a user gets by calling it plainly
     dflash:B       the DFlash drafter, block size B (B-1 tokens drafted in ONE pass), all verified
     dflash:B/pP    the same, with the confidence cut at P: only the leading drafts the drafter
-                   gives probability >= P are verified (verifier.confident_prefix)
+                   gives probability >= P are verified (verify_cost.confident_prefix)
+    dflash:B/cost  the same, each step verifying the length with the most expected tokens per
+                   unit of the drafter's measured cost curve (verify_cost.py; /pP/cost: both)
     ar:k           the EAGLE-3-style drafter (ar_drafter.py), k tokens drafted in k passes,
                    verified as a block of k+1 by the same loop
     ar:k/pP        the same with the cut: its chain stops at its first token below P
@@ -52,6 +54,7 @@ class Method(NamedTuple):
     p_min: float | None = None   # the confidence cut (None: the drafter's default)
     nodes: int | None = None     # tree node budget
     top_k: int | None = None     # tree candidates per slot
+    cost: bool | None = None     # verify lengths by the drafter's cost curve (None: its default)
 
 
 def parse(spec: str) -> Method:
@@ -71,6 +74,9 @@ def parse(spec: str) -> Method:
     if k and not k.isdigit():
         raise ValueError(f"method {spec!r}: {k!r} is not a number")
     values = {}
+    if "cost" in opts:
+        opts.remove("cost")
+        values["cost"] = True
     for opt in opts:
         key = next((key for key in ("top", "p", "n") if opt.startswith(key)), None)
         try:
@@ -78,16 +84,18 @@ def parse(spec: str) -> Method:
         except (TypeError, ValueError):
             raise ValueError(f"method {spec!r}: option {opt!r} is not pP (confidence cut), nN "
                              f"(tree nodes) or topK (tree candidates per slot)") from None
-    if "p" in values and kind not in ("dflash", "ar"):
-        raise ValueError(f"method {spec!r}: /pP (the confidence cut) is for dflash and ar")
+    for key, what in (("p", "/pP (the confidence cut)"), ("cost", "/cost (the cost model)")):
+        if key in values and kind not in ("dflash", "ar"):
+            raise ValueError(f"method {spec!r}: {what} is for dflash and ar")
     if kind == "tree" and not {"n", "top"} <= set(values):
         raise ValueError(f"method {spec!r}: a tree needs its node budget and candidates, e.g. "
                          f"tree:16/n24/top4")
     if kind != "tree" and {"n", "top"} & set(values):
         raise ValueError(f"method {spec!r}: /nN and /topK are for tree")
     p_min = values.get("p", 0.0 if kind in ("dflash", "ar") and k else None)
+    cost = values.get("cost", False if kind in ("dflash", "ar") and k else None)
     return Method(kind, int(k) if k else (None if kind == "dflash" else 1), path or None, p_min,
-                  values.get("n"), values.get("top"))
+                  values.get("n"), values.get("top"), cost)
 
 
 def load_method_drafters(specs, target, dflash_default=None, ar_default=None) -> dict:
@@ -127,8 +135,14 @@ def decode(target, drafter, ids, max_new_tokens, stops, m: Method):
         return tree_generate(target, drafter, ids, max_new_tokens, block_size=m.k,
                              node_budget=m.nodes, top_k=m.top_k, stop_token_ids=stops)
     B = 1 if m.kind == "plain" else (m.k if m.kind == "dflash" else m.k + 1)
+    cost = m.cost
+    if cost:
+        if not getattr(drafter, "costs", None):
+            raise ValueError(f"method {m.kind}:{m.k}/cost needs a drafter whose decoding.json "
+                             f"carries a cost curve (`python -m minidflash budget curve`).")
+        cost = None                                  # the drafter's, for this thread count
     return speculative_generate(target, drafter, ids, max_new_tokens, block_size=B,
-                                stop_token_ids=stops, p_min=m.p_min)
+                                stop_token_ids=stops, p_min=m.p_min, cost=cost)
 
 
 def run_methods(target, tokenizer, rows, specs, drafters, max_new_tokens=256, progress=True) -> dict:
@@ -263,9 +277,9 @@ def families(methods: dict) -> dict[str, list[tuple[str, dict]]]:
     curves = {}
     for spec, s in methods.items():
         m = parse(spec)
-        if m.kind == "dflash" and m.k and not m.p_min:
+        if m.kind == "dflash" and m.k and not m.p_min and not m.cost:
             name, label = f"DFlash, B = {m.k}", f"{s['layers']}L"
-        elif m.kind == "ar" and not m.p_min:
+        elif m.kind == "ar" and not m.p_min and not m.cost:
             name, label = f"AR, {s['layers']} layer", f"k={m.k}"
         else:
             continue

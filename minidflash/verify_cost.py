@@ -1,0 +1,117 @@
+"""How many drafted tokens a step should verify, from what a verify pass costs on this machine.
+
+On a GPU a target pass over 16 tokens costs about one over 1, so the whole block is verified.
+On a CPU it does not: t(k), the time of a pass over k tokens, grows with k (``python -m
+minidflash budget curve`` measures it). With q_j the drafter's probability of its own token at
+slot j, and the slots treated as independent, verifying d_1..d_m commits on average
+
+    E(m) = 1 + q_1 + q_1 q_2 + ... + q_1 q_2 ... q_m            tokens (the 1: the target's own)
+
+for a step that costs  draft + t(m + 1),  all in units of one plain decode step t(1). The step
+verifies the m with the most expected tokens per unit of time. Plain decoding makes 1 token per
+unit; when no m beats that, drafting did not pay here, so the next steps skip the drafter and are
+plain decode steps (m = 0, no draft), one step after the first loss, then 2, 4, ... up to
+``max_skip`` while the losses go on, back to drafting every step after a step that pays.
+
+Like the confidence cut, this reads the drafter's outputs and the clock, never the target's
+choices, so it changes how many tokens a step can certify, not which ones: greedy output stays
+identical to plain decoding and sampling stays exact. The curve is a property of the machine
+and of the thread count: a drafter's ``decoding.json`` may carry curves measured where it ships,
+one per thread count (``costs_from_dict``); a call uses the one nearest torch's thread count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+def confident_prefix(q: torch.Tensor, p_min: float) -> torch.Tensor:
+    """The confidence cut (llama.cpp's p-min): m per row, how many leading drafted slots the
+    drafter gives probability >= p_min. q (N, k) -> (N,), 0..k."""
+    return (q >= p_min).long().cumprod(1).sum(1)
+
+
+@dataclass(frozen=True)
+class VerifyCost:
+    verify: tuple[float, ...]   # verify[k - 1] = t(k) / t(1): a pass over k tokens, k = 1, 2, ...
+    draft: float                # one drafter pass, in plain decode steps
+    max_skip: int = 8           # the most plain steps in a row after steps that did not pay
+
+    def __post_init__(self):
+        v = self.verify
+        if (not isinstance(v, tuple) or len(v) < 2
+                or not all(isinstance(x, (int, float)) and x > 0 for x in v)):
+            raise ValueError(f"verify cost must be t(k)/t(1) for k = 1, 2, ... (at least two "
+                             f"positive numbers), got {v!r}; `python -m minidflash budget curve` "
+                             f"measures it.")
+        if abs(v[0] - 1) > 1e-6:
+            raise ValueError(f"verify cost is in units of one plain step, so t(1)/t(1) = 1; got "
+                             f"{v[0]!r} first. Divide the curve by its first entry.")
+        if not isinstance(self.draft, (int, float)) or self.draft < 0:
+            raise ValueError(f"draft cost must be a number >= 0 (a drafter pass in plain decode "
+                             f"steps), got {self.draft!r}.")
+        if not isinstance(self.max_skip, int) or self.max_skip < 0:
+            raise ValueError(f"max_skip must be an integer >= 0, got {self.max_skip!r}.")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "VerifyCost":
+        """{"verify": [...], "draft": x[, "max_skip": n]} (decoding.json's "cost")."""
+        if not isinstance(d, dict) or not {"verify", "draft"} <= set(d):
+            raise ValueError(f"a verify cost is {{'verify': [t(k)/t(1) for k = 1..K], 'draft': "
+                             f"drafter pass / t(1)}}, got {d!r}.")
+        extra = set(d) - {"verify", "draft", "max_skip", "measured"}
+        if extra:
+            raise ValueError(f"unknown keys {sorted(extra)} in a verify cost (verify, draft, "
+                             f"max_skip, measured).")
+        verify = d["verify"]
+        if not isinstance(verify, (list, tuple)):
+            raise ValueError(f"verify cost must be a list of t(k)/t(1), got {verify!r}.")
+        return cls(tuple(verify), d["draft"], d.get("max_skip", 8))
+
+    def to_dict(self) -> dict:
+        return {"verify": list(self.verify), "draft": self.draft, "max_skip": self.max_skip}
+
+    def expected_tokens(self, q: torch.Tensor) -> torch.Tensor:
+        """E(0..k) for q (k,) the drafter's probabilities of d_1..d_k: (k + 1,)."""
+        return torch.cat([q.new_ones(1), 1 + q.double().cumprod(0).cumsum(0)])
+
+    def best_length(self, q: torch.Tensor) -> tuple[int, float]:
+        """(m, rate): the m in 0..k verifying d_1..d_m with the most expected tokens per unit of
+        time, and that rate counting the draft (plain decoding: 1.0). q (k,)."""
+        k = min(q.shape[0], len(self.verify) - 1)
+        e = self.expected_tokens(q[:k].cpu())
+        rate = e / (self.draft + torch.tensor(self.verify[:k + 1], dtype=torch.float64))
+        m = k - int(rate.flip(0).argmax())             # the longest of equal best rates
+        return m, float(rate[m])
+
+    def next_skip(self, rate: float, skip: int) -> int:
+        """After a drafted step with expected rate ``rate``: how many plain steps follow (0 when
+        it paid; 1, 2, 4, ... up to max_skip after each step in a row that did not)."""
+        if rate >= 1.0:
+            return 0
+        return min(max(1, 2 * skip), self.max_skip)
+
+
+def costs_from_dict(d: dict) -> dict[int, VerifyCost]:
+    """decoding.json's "cost": one curve, or {"by_threads": {"1": curve, "2": curve, ...}}."""
+    if isinstance(d, dict) and "by_threads" in d:
+        by = d["by_threads"]
+        if not isinstance(by, dict) or not by or not all(str(k).isdigit() and int(k) > 0 for k in by):
+            raise ValueError(f"by_threads maps thread counts to cost curves, e.g. "
+                             f"{{'1': {{...}}, '2': {{...}}}}, got {by!r}.")
+        return {int(k): VerifyCost.from_dict(v) for k, v in by.items()}
+    return {0: VerifyCost.from_dict(d)}
+
+
+def costs_to_dict(costs: dict[int, VerifyCost]) -> dict:
+    if list(costs) == [0]:
+        return costs[0].to_dict()
+    return {"by_threads": {str(k): c.to_dict() for k, c in sorted(costs.items())}}
+
+
+def for_threads(costs: dict[int, VerifyCost], threads: int | None = None) -> VerifyCost:
+    """The curve measured at the thread count nearest ``threads`` (torch's, by default)."""
+    threads = torch.get_num_threads() if threads is None else threads
+    return costs[min(costs, key=lambda k: (abs(k - threads), k))]
