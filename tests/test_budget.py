@@ -1,5 +1,8 @@
 """The verify-budget tool: the cost curve covers k = 1..16 at every thread count, and the
-calibration counts every drafted slot the target reached exactly once."""
+calibration counts every drafted slot the target reached exactly once; a saved curve becomes a
+drafter's cost model."""
+
+import json
 
 import pytest
 import torch
@@ -8,6 +11,8 @@ from minidflash.drafter import load_drafter
 from minidflash.target import chat_ids, load_target, stop_ids
 from minidflash.tools import budget, corpus
 from minidflash.verifier import speculative_generate
+from minidflash.verify_cost import VerifyCost
+from tests.helpers import random_drafter, tiny_target
 
 
 @pytest.fixture(scope="module")
@@ -44,3 +49,24 @@ def test_calibration_counts_each_reached_slot_once(tiny):
     assert sum(s["reached"] for s in cal["slots"]) == reached
     assert all(0 <= s["all_accepted"] <= 1 and 0 < s["q_product"] <= 1 for s in cal["slots"])
     assert cal["slots"][0]["reached"] == steps                 # slot 1 is reached every step
+
+
+def test_cost_writes_a_saved_curve_into_the_drafters_files(tmp_path):
+    """`budget cost --from curve.json --drafter DIR`: the curves, per thread count, become the
+    drafter's default cost model; its other settings stay."""
+    target = tiny_target(4, vocab=97, layers=4)
+    drafter = random_drafter(target, 4)
+    drafter.p_min = 0.3
+    drafter.save_pretrained(tmp_path / "d")
+    curve = {"threads": {"1": {"in_decode_steps": [1.0, 1.8, 2.2], "verify_ms": [10.0, 18, 22],
+                               "draft_ms": 2.0},
+                         "2": {"in_decode_steps": [1.0, 1.4, 1.5], "verify_ms": [6.0, 8.4, 9],
+                               "draft_ms": 1.5}}}
+    (tmp_path / "curve.json").write_text(json.dumps(curve))
+    budget.main(["cost", "--from", str(tmp_path / "curve.json"), "--drafter", str(tmp_path / "d")])
+    loaded = load_drafter(tmp_path / "d", target=target)
+    assert loaded.p_min == 0.3
+    assert loaded.costs == {1: VerifyCost((1.0, 1.8, 2.2), 0.2), 2: VerifyCost((1.0, 1.4, 1.5), 0.25)}
+    assert not list(tmp_path.glob("d/*.tmp"))
+    with pytest.raises(ValueError, match="not a drafter folder"):
+        budget.write_cost(tmp_path, loaded.costs)

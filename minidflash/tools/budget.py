@@ -12,6 +12,8 @@ every drafted token the target checks is paid for. Two measurements size the bud
   and whether the target accepted it, and compare: among slots reached (all earlier slots
   accepted) with q_j in a bin, the share the target accepted. The confidence cut
   (``speculative_generate(p_min=...)``) is only as good as this agreement.
+* ``cost --from CURVE.json --drafter DIR``: write a measured curve into the drafter's
+  ``decoding.json`` (one curve per thread count) as its default cost model (verify_cost.py).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from transformers import DynamicCache
 from ..drafter import load_drafter
 from ..target import chat_ids, load_target, stop_ids
 from ..verifier import cache_kwargs, crop_cache, speculative_generate
+from ..verify_cost import VerifyCost, costs_to_dict
 from . import corpus
 from .bench import median_ms, take_turns
 
@@ -68,6 +71,27 @@ def curve_by_threads(target, drafter, threads, rounds: int = 3, **kw) -> dict:
         out[str(t)] = {"verify_ms": ms, "in_decode_steps": [m / ms[0] for m in ms],
                        "draft_ms": med([r["draft_ms"] for r in rs])}
     return out
+
+
+def costs_of(curve: dict, max_skip: int = 8) -> dict[int, VerifyCost]:
+    """A ``curve`` result as cost models, one per thread count (t(k) and the draft over t(1))."""
+    return {int(t): VerifyCost(tuple(round(x, 3) for x in c["in_decode_steps"]),
+                               round(c["draft_ms"] / c["verify_ms"][0], 3), max_skip)
+            for t, c in curve["threads"].items()}
+
+
+def write_cost(drafter_dir, costs: dict[int, VerifyCost]) -> dict:
+    """Put ``costs`` into drafter_dir/decoding.json, keeping its other settings; atomically."""
+    path = Path(drafter_dir) / "decoding.json"
+    if not (Path(drafter_dir) / "config.json").is_file():
+        raise ValueError(f"{drafter_dir} is not a drafter folder (no config.json): give the "
+                         f"local folder the cost model should ship in.")
+    decoding = json.loads(path.read_text()) if path.is_file() else {}
+    decoding["cost"] = costs_to_dict(costs)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(decoding) + "\n")
+    tmp.replace(path)
+    return decoding
 
 
 def calibration(target, tokenizer, drafter, rows, max_new_tokens: int, block_size=None) -> dict:
@@ -153,7 +177,8 @@ def plot_calibration(results: dict, path: Path) -> None:
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(prog="python -m minidflash budget", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["curve", "calibration"])
+    p.add_argument("what", choices=["curve", "calibration", "cost"])
+    p.add_argument("--from", dest="curve", default=None, help="cost: a saved curve's JSON")
     p.add_argument("--target", default=None)
     p.add_argument("--drafter", default=None)
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2],
@@ -168,6 +193,12 @@ def main(argv=None) -> dict:
     a = p.parse_args(argv)
     if min(a.threads) < 1:
         p.error("--threads: thread counts are >= 1")
+    if a.what == "cost":
+        if not (a.curve and a.drafter):
+            p.error("cost needs --from CURVE.json (from `budget curve --json`) and --drafter DIR")
+        decoding = write_cost(a.drafter, costs_of(json.loads(Path(a.curve).read_text())))
+        print(f"{a.drafter}/decoding.json: {json.dumps(decoding)[:200]}")
+        return decoding
     torch.manual_seed(0)
     target, tokenizer = load_target(a.target)
     drafter = load_drafter(a.drafter, target=target)
