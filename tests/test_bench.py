@@ -17,6 +17,24 @@ def tiny():
     return load_target()
 
 
+def test_a_divergence_is_located_and_its_logit_gap_measured(tiny):
+    """Where a method's output parts from plain decoding, the bench records the first differing
+    token and how far apart the two tokens' logits were (a near-tie, or a real disagreement)."""
+    target, tokenizer = tiny
+    ids = torch.tensor([[1, 5, 9, 14, 3]])
+    from minidflash.verifier import speculative_generate
+    plain = speculative_generate(target, None, ids, 12, block_size=1).new_ids.tolist()
+    with torch.no_grad():
+        logits = target(torch.cat([ids, torch.tensor([plain[:7]])], 1)).logits[0, -1]
+    second = int(logits.topk(2).indices[1])
+    other = plain[:7] + [second] + plain[8:]
+    d = methods.divergence(target, ids, plain, other)
+    assert (d["token"], d["plain"], d["method"]) == (7, plain[7], second)
+    assert d["gap"] == pytest.approx(float(logits[plain[7]] - logits[second]), abs=1e-5)
+    assert d["gap"] > 0                             # plain's token is the argmax of the prefix
+    assert methods.divergence(target, ids, plain, plain[:5])["token"] == 5   # one stopped early
+
+
 def test_every_method_decodes_what_plain_decoding_does(tiny):
     target, tokenizer = tiny
     specs = ["plain", "dflash:4", "dflash:4/p0.5", "dflash", "ar:2", "ar:4/p0.95", "lookup:3",
@@ -27,7 +45,7 @@ def test_every_method_decodes_what_plain_decoding_does(tiny):
                               progress=False)
     assert out["prompts"] == 2 and list(out["methods"]) == specs
     for spec, r in out["methods"].items():
-        assert r["identical"], spec
+        assert r["identical"] and r["divergences"] == [], spec
         assert r["speedup"] > 0
     assert out["methods"]["plain"]["tau"] == 1.0 and out["methods"]["dflash:4"]["tau"] >= 1.0
     assert out["methods"]["lookup:3"]["tau"] is None
@@ -54,15 +72,18 @@ def test_families_group_depths_and_chain_lengths():
 
 def test_method_names_are_checked():
     M = methods.Method
-    assert methods.parse("dflash:16@some/dir") == M("dflash", 16, "some/dir", 0.0)
-    assert methods.parse("dflash:8/p0.3") == M("dflash", 8, None, 0.3)
+    assert methods.parse("dflash:16@some/dir") == M("dflash", 16, "some/dir", 0.0, cost=False)
+    assert methods.parse("dflash:8/p0.3") == M("dflash", 8, None, 0.3, cost=False)
     assert methods.parse("dflash") == M("dflash", None, None, None)       # the drafter's defaults
-    assert methods.parse("ar:8/p0.25@d") == M("ar", 8, "d", 0.25)
+    assert methods.parse("dflash:8/cost") == M("dflash", 8, None, 0.0, cost=True)
+    assert methods.parse("dflash:8/p0.3/cost") == M("dflash", 8, None, 0.3, cost=True)
+    assert methods.parse("ar:8/p0.25@d") == M("ar", 8, "d", 0.25, cost=False)
     assert methods.parse("tree:16/n24/top4") == M("tree", 16, None, None, 24, 4)
     assert methods.parse("plain") == M("plain", 1)
     for bad, why in (("ar", "needs a number"), ("medusa:4", "unknown method"),
                      ("dflash:8/q3", "not pP"), ("tree:16/n24", "node budget and candidates"),
                      ("plain/p0.3", "for dflash and ar"), ("dflash:8/n4", "are for tree"),
+                     ("tree:16/n24/top4/cost", "/cost \\(the cost model\\) is for"),
                      ("dflash:x", "not a number")):
         with pytest.raises(ValueError, match=why):
             methods.parse(bad)

@@ -368,6 +368,9 @@ def compare(a, target, tokenizer, command: str) -> dict:
                          f"draft {s['draft_ms_per_step']:5.1f} ms verify {s['verify_ms_per_step']:5.1f} ms/step  ")
                 print(f"{suite:>11} {spec:>28}  tau {tau}  {split}TPOT {s['tpot_ms']:5.1f} ms  "
                       f"speedup {s['speedup']:.2f}x  identical {s['identical']}")
+                for d in s["divergences"]:
+                    print(f"{'':>12}prompt {d['prompt'] + 1} of the part parts from plain at new "
+                          f"token {d['token']}: logit gap {d['gap']} (plain's minus this one's)")
             result["wall_s"] = round(time.time() - t0, 1)
             if suite != a.suites[-1]:       # a long run keeps the suites it has finished
                 write({**result, "command": command}, a.json, plot)

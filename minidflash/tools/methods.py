@@ -150,7 +150,7 @@ def run_methods(target, tokenizer, rows, specs, drafters, max_new_tokens=256, pr
     stops = stop_ids(tokenizer)
     specs = ["plain"] + [s for s in specs if s != "plain"]
     per = {s: {"tpot": [], "tau": [], "draft_ms": [], "verify_ms": [], "same": [], "correct": [],
-               "verified": []} for s in specs}
+               "verified": [], "diverged": []} for s in specs}
     looping = []                                  # per prompt: does plain decoding's answer loop?
     for i, row in enumerate(tqdm(rows, desc="prompts", disable=not progress, leave=False)):
         ids = chat_ids(tokenizer, row["messages"])
@@ -180,6 +180,9 @@ def run_methods(target, tokenizer, rows, specs, drafters, max_new_tokens=256, pr
             else:   # generate: wall time less this prompt's prefill, per new token
                 p["tpot"].append(max(0.0, got["wall"] - plain.prefill_time) / max(1, len(got["new"])))
             p["same"].append(got["new"] == results["plain"]["new"])
+            if not p["same"][-1]:
+                p["diverged"].append({"prompt": i, **divergence(target, ids, results["plain"]["new"],
+                                                                got["new"])})
             p["correct"].append(correct(row, tokenizer.decode(got["new"], skip_special_tokens=True)))
     mean = lambda xs: sum(xs) / len(xs) if xs else None
     base = mean(per["plain"]["tpot"])
@@ -193,9 +196,25 @@ def run_methods(target, tokenizer, rows, specs, drafters, max_new_tokens=256, pr
                      "verify_ms_per_step": mean(p["verify_ms"]), "tpot_ms": 1e3 * mean(p["tpot"]),
                      "verified_per_step": mean(p["verified"]),
                      "speedup": base / mean(p["tpot"]), "identical": all(p["same"]),
+                     "divergences": p["diverged"],
                      "accuracy": mean(checks) if checks else None,
                      "layers": None if drafter is None else drafter.config.num_hidden_layers}
     return {"prompts": len(rows), "looping_prompts": sum(looping), "methods": out}
+
+
+@torch.no_grad()
+def divergence(target, ids, plain: list, other: list) -> dict:
+    """Where two greedy outputs part: the first differing new token, both tokens, and the gap
+    between their logits in one full forward pass over the prompt and the common prefix. A gap
+    of ~1e-5 is a near-tie that float rounding decides: a token's keys and values computed inside
+    a verify block round differently from the same token's computed alone."""
+    j = next((k for k, (a, b) in enumerate(zip(plain, other)) if a != b), min(len(plain), len(other)))
+    if j == len(plain) or j == len(other):          # one stopped where the other went on
+        return {"token": j, "plain": None, "method": None, "gap": None}
+    prefix = torch.cat([ids, torch.tensor([plain[:j]], dtype=ids.dtype, device=ids.device)], 1)
+    logits = target(prefix, logits_to_keep=1).logits[0, -1].float()
+    return {"token": j, "plain": plain[j], "method": other[j],
+            "gap": float(logits[plain[j]] - logits[other[j]])}
 
 
 @torch.no_grad()
