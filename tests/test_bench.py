@@ -70,6 +70,14 @@ def test_families_group_depths_and_chain_lengths():
         "DFlash, B = 16": ["1L", "3L", "5L"], "DFlash, B = 8": ["1L"], "AR, 1 layer": ["k=4", "k=8"]}
 
 
+def test_a_cost_method_needs_a_drafter_with_a_cost_curve(tiny):
+    target, tokenizer = tiny
+    drafter = load_drafter(target=target)                  # the tiny drafter ships no curve
+    ids = torch.tensor([[1, 5, 9]])
+    with pytest.raises(ValueError, match="carries a cost curve"):
+        methods.decode(target, drafter, ids, 8, [], methods.parse("dflash:8/cost"))
+
+
 def test_method_names_are_checked():
     M = methods.Method
     assert methods.parse("dflash:16@some/dir") == M("dflash", 16, "some/dir", 0.0, cost=False)

@@ -370,7 +370,8 @@ def compare(a, target, tokenizer, command: str) -> dict:
                       f"speedup {s['speedup']:.2f}x  identical {s['identical']}")
                 for d in s["divergences"]:
                     print(f"{'':>12}prompt {d['prompt'] + 1} of the part parts from plain at new "
-                          f"token {d['token']}: logit gap {d['gap']} (plain's minus this one's)")
+                          f"token {d['token']}: logit gap "
+                          f"{'-' if d['gap'] is None else format(d['gap'], '.1e')} (plain's minus this one's)")
             result["wall_s"] = round(time.time() - t0, 1)
             if suite != a.suites[-1]:       # a long run keeps the suites it has finished
                 write({**result, "command": command}, a.json, plot)

@@ -22,6 +22,7 @@ Method names are ``bench --methods``'s: ``plain``, ``dflash:B[@path]``, ``ar:k[@
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass, field
 
 # The paper's figure 3 (H200, Qwen3-8B), read off the plot: ms per drafter call.
@@ -140,7 +141,8 @@ def project(taus: dict[str, float], regime: Regime) -> dict[str, dict]:
 def report(taus: dict[str, float], regime: Regime, measured: dict[str, float] | None = None) -> str:
     """The regime's assumptions, then per method: tau, draft and verify cost in decode steps,
     break-even tau and projected speedup (and the measured speedup beside it when given)."""
-    lines = [f"{regime.name}:"] + [f"  - {a}" for a in regime.assumptions]
+    lines = [f"{regime.name}:"] + [textwrap.fill(a, 96, initial_indent="  - ", subsequent_indent="    ")
+                                   for a in regime.assumptions]
     w = max(len("method"), *map(len, taus)) + 1
     lines.append(f"  {'method':<{w}}{'tau':>6}{'draft':>8}{'verify':>8}{'break-even':>12}{'speedup':>9}"
                  + ("  measured" if measured else ""))

@@ -321,7 +321,8 @@ def plot_depth(results: dict, path: Path) -> None:
                 ax = axes[row, col]
                 ax.plot(xs, ys, "s-" if name.startswith("DFlash") else "o--", color=f"C{i}", label=name)
                 for (label, _), x, y in zip(curve, xs, ys):
-                    ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+                    ax.annotate(label, (x, y), textcoords="offset points", fontsize=8,
+                                xytext=(4, 4) if name.startswith("DFlash") else (4, -11))
         axes[0, col].axhline(1.0, color="k", lw=0.8, ls=":")
         axes[0, col].set(title=f"{suite} ({results['threads']} thread{'s' if results['threads'] > 1 else ''})",
                          ylabel="speedup over plain (x)")
