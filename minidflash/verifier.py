@@ -52,7 +52,7 @@ from transformers import DynamicCache
 from . import batch as ragged
 from .ar_drafter import ARDrafter
 from .drafter import DFlashDrafter, check_fits, target_features
-from .verify_cost import VerifyCost, confident_prefix, for_threads
+from .verify_cost import Trust, VerifyCost, confident_prefix, for_threads
 
 
 @dataclass
@@ -265,6 +265,7 @@ def speculative_generate(target, drafter: DFlashDrafter | None, input_ids: torch
     start = input_ids.shape[1]                    # position of `token`, the block's slot 0
     done = new[0] in stops
     skip = wait = 0                               # plain steps after drafts that did not pay
+    trust = Trust(cost.trust_weight) if cost and cost.trust_weight else None
     while len(new) < max_new_tokens and not done:
         # 2. Draft B-1 tokens in one drafter pass; keep the confident prefix d_1..d_m.
         ts = clock(device)
@@ -274,9 +275,9 @@ def speculative_generate(target, drafter: DFlashDrafter | None, input_ids: torch
                                    want=bool(cost), context_ids=context_ids)   # (1, B)
             m = int(confident_prefix(q, p_min)[0]) if p_min > 0 else B - 1
             if cost:
-                m, rate = cost.best_length(q[0, :m])
+                m, rate = cost.best_length(q[0, :m], trust.value if trust else 1.0)
                 skip = wait = cost.next_skip(rate, skip)
-            block = block[:, :1 + m]                                           # (1, m+1)
+            drafts, block = block, block[:, :1 + m]                           # (1, m+1)
         wait -= not fed and wait > 0
         tv = clock(device)
         # 3. Verify the block in one target pass.
@@ -286,11 +287,13 @@ def speculative_generate(target, drafter: DFlashDrafter | None, input_ids: torch
         te = clock(device)
         # 4. Accept the longest agreeing prefix, plus the target's bonus token.
         a, committed, choice = accept(block, out.logits, temperature, generator)
+        if trust and fed:
+            trust.update(q[0], m, a, drafts[0], choice[0])
         if record_steps:
             step = _step_record(start, block[0].tolist(), choice[0].tolist(), a, out.logits[0],
                                 temperature)
-            if q is not None:     # the drafter's probabilities of all B-1 drafts, before the cut
-                step["q"] = q[0].tolist()
+            if q is not None:     # all B-1 drafts before the cut, and the drafter's q of each
+                step["q"], step["uncut"] = q[0].tolist(), drafts[0, 1:].tolist()
             steps.append(step)
         new += committed
         done = not stops.isdisjoint(committed)

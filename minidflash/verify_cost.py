@@ -13,9 +13,14 @@ unit; when no m beats that, drafting did not pay here, so the next steps skip th
 plain decode steps (m = 0, no draft), one step after the first loss, then 2, 4, ... up to
 ``max_skip`` while the losses go on, back to drafting every step after a step that pays.
 
-Like the confidence cut, this reads the drafter's outputs and the clock, never the target's
-choices, so it changes how many tokens a step can certify, not which ones: greedy output stays
-identical to plain decoding and sampling stays exact. The curve is a property of the machine
+The q_j are only as good as the drafter's calibration, which differs by kind of text (notebook
+13's figure: under-confident on arithmetic, over-confident on chat). ``trust_weight`` > 0 corrects
+them as the decode goes (``Trust``): the expected accepted drafts q_1 + q_1 q_2 + ... are scaled
+by the running ratio of drafts accepted to drafts expected in the steps before.
+
+Like the confidence cut, this reads the drafter's outputs, the clock and what earlier steps
+committed, never the current step's target choices, so it changes how many tokens a step can
+certify, not which ones: greedy output stays identical to plain decoding and sampling stays exact. The curve is a property of the machine
 and of the thread count: a drafter's ``decoding.json`` may carry curves measured where it ships,
 one per thread count (``costs_from_dict``); a call uses the one nearest torch's thread count.
 """
@@ -38,6 +43,7 @@ class VerifyCost:
     verify: tuple[float, ...]   # verify[k - 1] = t(k) / t(1): a pass over k tokens, k = 1, 2, ...
     draft: float                # one drafter pass, in plain decode steps
     max_skip: int = 8           # the most plain steps in a row after steps that did not pay
+    trust_weight: float = 0.0   # weight of the newest step in ``Trust`` (0: q taken as it is)
 
     def __post_init__(self):
         v = self.verify
@@ -54,34 +60,40 @@ class VerifyCost:
                              f"steps), got {self.draft!r}.")
         if not isinstance(self.max_skip, int) or self.max_skip < 0:
             raise ValueError(f"max_skip must be an integer >= 0, got {self.max_skip!r}.")
+        if not isinstance(self.trust_weight, (int, float)) or not 0 <= self.trust_weight < 1:
+            raise ValueError(f"trust_weight must be in [0, 1) (0: no correction), got "
+                             f"{self.trust_weight!r}.")
 
     @classmethod
     def from_dict(cls, d: dict) -> "VerifyCost":
-        """{"verify": [...], "draft": x[, "max_skip": n]} (decoding.json's "cost")."""
+        """{"verify": [...], "draft": x[, "max_skip": n, "trust_weight": w]} (decoding.json's
+        "cost")."""
         if not isinstance(d, dict) or not {"verify", "draft"} <= set(d):
             raise ValueError(f"a verify cost is {{'verify': [t(k)/t(1) for k = 1..K], 'draft': "
                              f"drafter pass / t(1)}}, got {d!r}.")
-        extra = set(d) - {"verify", "draft", "max_skip", "measured"}
+        extra = set(d) - {"verify", "draft", "max_skip", "trust_weight", "measured"}
         if extra:
             raise ValueError(f"unknown keys {sorted(extra)} in a verify cost (verify, draft, "
-                             f"max_skip, measured).")
+                             f"max_skip, trust_weight, measured).")
         verify = d["verify"]
         if not isinstance(verify, (list, tuple)):
             raise ValueError(f"verify cost must be a list of t(k)/t(1), got {verify!r}.")
-        return cls(tuple(verify), d["draft"], d.get("max_skip", 8))
+        return cls(tuple(verify), d["draft"], d.get("max_skip", 8), d.get("trust_weight", 0.0))
 
     def to_dict(self) -> dict:
-        return {"verify": list(self.verify), "draft": self.draft, "max_skip": self.max_skip}
+        return {"verify": list(self.verify), "draft": self.draft, "max_skip": self.max_skip,
+                **({"trust_weight": self.trust_weight} if self.trust_weight else {})}
 
     def expected_tokens(self, q: torch.Tensor) -> torch.Tensor:
         """E(0..k) for q (k,) the drafter's probabilities of d_1..d_k: (k + 1,)."""
         return torch.cat([q.new_ones(1), 1 + q.double().cumprod(0).cumsum(0)])
 
-    def best_length(self, q: torch.Tensor) -> tuple[int, float]:
+    def best_length(self, q: torch.Tensor, trust: float = 1.0) -> tuple[int, float]:
         """(m, rate): the m in 0..k verifying d_1..d_m with the most expected tokens per unit of
-        time, and that rate counting the draft (plain decoding: 1.0). q (k,)."""
+        time, and that rate counting the draft (plain decoding: 1.0). q (k,); ``trust`` scales
+        the expected accepted drafts (``Trust.value``)."""
         k = min(q.shape[0], len(self.verify) - 1)
-        e = self.expected_tokens(q[:k].cpu())
+        e = 1 + trust * (self.expected_tokens(q[:k].cpu()) - 1)
         rate = e / (self.draft + torch.tensor(self.verify[:k + 1], dtype=torch.float64))
         m = k - int(rate.flip(0).argmax())             # the longest of equal best rates
         return m, float(rate[m])
@@ -92,6 +104,33 @@ class VerifyCost:
         if rate >= 1.0:
             return 0
         return min(max(1, 2 * skip), self.max_skip)
+
+
+class Trust:
+    """How far the drafter's q can be taken at its word in this decode: a running ratio of drafts
+    accepted to drafts expected, starting at 1. A drafted step checks slots 1..m (verified) and,
+    when all m were accepted, slot m + 1 too (the target's own token shows whether d_(m+1) would
+    have been); expected: q_1 + q_1 q_2 + ... over the same slots. Each step moves both running
+    sums by weight w."""
+
+    def __init__(self, weight: float):
+        self.weight, self.got, self.meant = weight, 1.0, 1.0
+
+    @property
+    def value(self) -> float:
+        return self.got / self.meant
+
+    def update(self, q: torch.Tensor, m: int, accepted: int, block: torch.Tensor,
+               choice: torch.Tensor) -> None:
+        """After a drafted step: q (B-1,) the drafter's probabilities of d_1..d_(B-1), m of them
+        verified and ``accepted`` accepted; block (B,) = [t, d_1..d_(B-1)] before the cut;
+        choice (m+1,) the target's tokens at the verified positions."""
+        seen = min(m + 1, q.shape[0])
+        expected = float(q[:seen].double().cumprod(0).sum())
+        observed = accepted + int(accepted == m < q.shape[0]                 # d_(m+1) right too?
+                                  and int(block[m + 1]) == int(choice[m]))
+        w = self.weight
+        self.got, self.meant = (1 - w) * self.got + w * observed, (1 - w) * self.meant + w * expected
 
 
 def costs_from_dict(d: dict) -> dict[int, VerifyCost]:

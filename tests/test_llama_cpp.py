@@ -22,6 +22,7 @@ SPEC_LOG = """\
 2.17.323.685 I n_drafted = 543
 2.17.323.685 I n_accept  = 26
 2.17.323.685 I accept    = 4.788%
+2.17.323.727 I spec common_specu: statistics     draft-dflash: #calls(b,g,a) =    1     40     40, #gen drafts =     40, #acc drafts =    12, #gen tokens =    543, #acc tokens =    26, #mean acc len = 2.89, #acc rate/pos = (0.667, 0.556), dur(b,g,a) = 0.003, 427.161, 0.013 ms
 """
 
 # The end of a real `llama-completion --verbose-prompt` log: prompt ids, then the perf lines.
@@ -122,6 +123,9 @@ def test_tau_is_tokens_per_kept_target_pass():
     assert s["passes"] == 40 and s["tau"] == pytest.approx(66 / 40)
     assert s["tokens_per_s"] == pytest.approx(66 / 3.664)
     assert s["prompt_tokens"] == 109
+    assert (s["draft_calls"], s["draft_ms"]) == (40, 427.161)       # the drafter's own time (-lv 4)
+    no_stats = bins.parse_speculative(SPEC_LOG.rsplit("\n", 2)[0])
+    assert no_stats["draft_calls"] is None and no_stats["tau"] == s["tau"]
 
 
 def test_an_unfinished_speculative_log_is_refused():
@@ -199,6 +203,56 @@ def test_commands_are_greedy_and_take_the_prompt_as_it_is():
     assert spec[spec.index("--spec-draft-n-max") + 1] == 7
 
 
+def test_each_n_max_runs_with_each_p_min():
+    tools = {bins.SPECULATIVE: "llama-speculative-simple"}
+    a = lc.arguments(["--n-max", "3", "7", "--p-min", "0", "0.5"])
+    assert lc.settings(a) == [("3", 3, 0.0), ("3/p0.5", 3, 0.5), ("7", 7, 0.0), ("7/p0.5", 7, 0.5)]
+    cut = bins.speculative_command(tools, "t.gguf", "d.gguf", "PROMPT", 64, 7, p_min=0.5)
+    assert cut[cut.index("--spec-draft-p-min") + 1] == 0.5
+    assert "--spec-draft-p-min" not in bins.speculative_command(tools, "t", "d", "P", 64, 7)
+    with pytest.raises(ValueError, match="p-min"):
+        lc.arguments(["--p-min", "1.5"])
+
+
+def test_a_draft_vocabulary_goes_into_the_gguf_as_d2t_and_head_rows(tmp_path):
+    gguf = pytest.importorskip("gguf")
+    import numpy as np
+    src, out = tmp_path / "d.gguf", tmp_path / "d.d2t.gguf"
+    w = gguf.GGUFWriter(src, "dflash")
+    w.add_uint32("dflash.block_size", 8)
+    w.add_array("dflash.target_layers", [2, 15, 28])
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    fc = np.arange(12, dtype=np.float32).reshape(3, 4)
+    w.add_tensor("fc.weight", fc)
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+    ids, rows = [7, 2, 40], np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    record = bins.with_draft_vocab(src, out, ids, rows)
+    assert record["tensors"] == 3 and record["draft_vocab"] == 3
+    r = gguf.GGUFReader(out)
+    assert r.fields["general.architecture"].contents() == "dflash"
+    assert r.fields["dflash.block_size"].contents() == 8
+    assert r.fields["dflash.target_layers"].contents() == [2, 15, 28]
+    assert r.fields["tokenizer.ggml.model"].contents() == "gpt2"
+    t = {x.name: x for x in r.tensors}
+    np.testing.assert_array_equal(t["fc.weight"].data, fc)
+    np.testing.assert_array_equal(t["output.weight"].data, rows)      # row i scores ids[i]
+    assert list(t["output.weight"].shape) == [4, 3]                   # ne: {n_embd, K}
+    assert t["d2t"].tensor_type == gguf.GGMLQuantizationType.I64
+    assert t["d2t"].data.tolist() == ids                             # absolute target ids
+    with pytest.raises(ValueError, match="already has"):
+        bins.with_draft_vocab(out, tmp_path / "again.gguf", ids, rows)
+    with pytest.raises(ValueError, match="do not match"):
+        bins.with_draft_vocab(src, tmp_path / "bad.gguf", ids[:2], rows)
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["d.d2t.gguf", "d.gguf"]
+    # a q8_0 drafter's head rows are q8_0 too (32-value blocks, one scale each)
+    wide = np.random.default_rng(1).standard_normal((3, 64)).astype(np.float32)
+    bins.with_draft_vocab(src, tmp_path / "q.gguf", ids, wide, "q8_0")
+    head = {x.name: x for x in gguf.GGUFReader(tmp_path / "q.gguf").tensors}["output.weight"]
+    assert head.tensor_type == gguf.GGMLQuantizationType.Q8_0
+    back = gguf.quants.dequantize(head.data, gguf.GGMLQuantizationType.Q8_0)
+    assert back.shape == (3, 64) and abs(back - wide).max() < 0.02
+
+
 # ---------------------------------------------------------------- with a llama.cpp build
 
 def llama_cpp_found() -> str | None:
@@ -213,13 +267,20 @@ def llama_cpp_found() -> str | None:
                     reason=f"no llama.cpp build ({bins.ENV} unset and nothing on PATH): optional")
 def test_llama_cpp_converts_the_shipped_drafter_and_decodes_with_it(tmp_path):
     r = lc.main(["--suites", "gsm8k", "--n", "1", "--max-new-tokens", "16", "--n-max", "3",
-                 "--no-repack", "--out-dir", str(tmp_path)])
-    assert r["conversion"]["tensors"] == 14                    # the shipped drafter, unchanged
+                 "--p-min", "0", "0.5", "--no-repack", "--out-dir", str(tmp_path)])
+    # the shipped drafter, 3 layers: 11 tensors a layer + fc, hidden norm, norm; its draft
+    # vocabulary added as two tensors (the head rows and d2t)
+    assert r["conversion"]["tensors"] == 36
+    dv = r["conversion"]["draft_vocab"]
+    assert (dv["tensors"], dv["draft_vocab"]) == (38, 8192)
     row = r["suites"]["gsm8k"]["prompts"][0]
     assert row["prompt_ids_match"]                             # no extra BOS, no second template
-    s = row["speculative"]["3"]
-    assert s["n_drafted"] > 0 and 1 <= s["tau"] <= 4
-    assert s["n_predict"] >= 16
+    for name in ("3", "3/p0.5"):
+        s = row["speculative"][name]
+        assert s["n_drafted"] > 0 and 1 <= s["tau"] <= 4 and s["n_predict"] >= 16
+        assert s["draft_calls"] > 0 and s["draft_ms"] > 0
+    # the cut only shortens drafts
+    assert row["speculative"]["3/p0.5"]["n_drafted"] <= row["speculative"]["3"]["n_drafted"]
 
 
 def test_a_log_cut_short_is_read_again(monkeypatch):

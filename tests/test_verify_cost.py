@@ -16,7 +16,7 @@ from scipy import stats
 from minidflash.drafter import load_drafter, target_features
 from minidflash.target import load_target
 from minidflash.verifier import speculative_generate, speculative_generate_batch
-from minidflash.verify_cost import VerifyCost, for_threads
+from minidflash.verify_cost import Trust, VerifyCost, for_threads
 from tests.helpers import random_drafter, tiny_target
 from tests.test_cut import (N_NEW, STOP, TEMP, DoubtfulOracle, references,  # noqa: F401
                             sampling_setup)
@@ -104,6 +104,58 @@ def test_greedy_identical_for_every_cost_curve(seed):
     assert skipped > 0 and longest > 2
 
 
+def test_trust_is_drafts_accepted_over_drafts_expected():
+    q = torch.tensor([0.9, 0.5, 0.2])
+    block, agree = torch.tensor([5, 1, 2, 3]), torch.tensor([1, 2, 9])
+    cases = [  # m, accepted, choice: -> observed (expected: q_1 + q_1 q_2 + ... over m + 1 slots)
+        (1, 1, agree[:2], 2),                     # d_1 verified and right; d_2 shown right too
+        (1, 1, torch.tensor([1, 7]), 1),          # ... d_2 shown wrong
+        (2, 0, torch.tensor([4, 2, 3]), 0),       # rejected at d_1: nothing more is known
+        (0, 0, torch.tensor([1]), 1),             # nothing verified: d_1 shown right
+        (3, 3, torch.tensor([1, 2, 3, 8]), 3),    # the whole block: no slot after it
+    ]
+    for m, a, choice, observed in cases:
+        t = Trust(1.0 - 1e-9)                      # (weight ~1: the last step alone)
+        t.update(q, m, a, block, choice)
+        expected = float(q[:min(m + 1, 3)].double().cumprod(0).sum())
+        assert t.value == pytest.approx(observed / expected, rel=1e-6, abs=1e-6), (m, a)
+    t = Trust(0.5)                                 # running sums, from 1 / 1
+    t.update(q, 0, 0, block, torch.tensor([4]))
+    assert (t.got, t.meant) == pytest.approx((0.5, 0.95))
+    # the scaled expectation decides the length: doubted drafts are left out, trusted ones kept
+    assert STEEP.best_length(torch.full((7,), 0.8), trust=0.2)[0] == 0
+    assert STEEP.best_length(torch.full((7,), 0.8), trust=1.0)[0] == 7
+    with pytest.raises(ValueError, match="trust_weight"):
+        VerifyCost((1.0, 2.0), 0.1, trust_weight=1.0)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_trust_reads_only_earlier_steps_and_keeps_greedy_identical(seed):
+    # Over-confident drafts (q unrelated to being right, mostly high): each step's length must be
+    # best_length under the trust of the steps BEFORE it, replayed here from the records.
+    rng = random.Random(seed)
+    target = tiny_target(seed, vocab=89, layers=3)
+    prompts = [torch.randint(0, 88, (1, rng.randint(2, 16))) for _ in range(2)]
+    refs, want = references(target, prompts, 60)
+    drafter = DoubtfulOracle(random_drafter(target, seed), refs, p_wrong=[0.3, 0.5], seed=seed)
+    cost = VerifyCost(STEEP.verify, STEEP.draft, max_skip=2, trust_weight=0.3)
+    differs = False
+    for ids, ref in zip(prompts, want):
+        out = speculative_generate(target, drafter, ids, 60, block_size=8, cost=cost,
+                                   record_steps=True)
+        assert torch.equal(out.output_ids, ref)
+        trust = Trust(0.3)
+        for step, m in zip(out.steps, out.verified):
+            if "q" not in step:                            # a skipped draft: nothing learned
+                continue
+            q = torch.tensor(step["q"])
+            assert m == cost.best_length(q, trust.value)[0]
+            differs |= m != cost.best_length(q)[0]
+            trust.update(q, m, step["accepted"], torch.tensor([0, *step["uncut"]]),
+                         torch.tensor(step["target"]))
+    assert differs                                    # the correction changed some lengths
+
+
 def test_flat_cost_verifies_the_whole_block():
     target = tiny_target(3, vocab=89, layers=3)
     ids = torch.randint(0, 88, (1, 9))
@@ -159,11 +211,13 @@ def test_batch_rows_pick_their_own_lengths(seed):
     assert len({tuple(r.verified) for r in rows}) == 3
 
 
-def test_sampling_with_the_cost_model_matches_the_target(sampling_setup):
+@pytest.mark.parametrize("trust", [0.0, 0.5])
+def test_sampling_with_the_cost_model_matches_the_target(sampling_setup, trust):
     """T = 1, block 4, a cost curve under which steps verify 0..3 drafts and some skip the
-    drafter: the outputs follow the target's own distribution (chi-square)."""
+    drafter, with and without the running trust (which reads earlier steps' target samples):
+    the outputs follow the target's own distribution (chi-square)."""
     target, drafter, ids, probs = sampling_setup
-    cost = VerifyCost((1.0, 1.5, 1.7, 1.9), draft=0.05, max_skip=1)
+    cost = VerifyCost((1.0, 1.5, 1.7, 1.9), draft=0.05, max_skip=1, trust_weight=trust)
     n, gen, counts, lengths = 1500, torch.Generator().manual_seed(0), {}, []
     for _ in range(n):
         out = speculative_generate(target, drafter, ids, N_NEW, block_size=4, temperature=TEMP,

@@ -6,14 +6,17 @@ published DFlash layout (``DFlashDraftModel``) that ``drafter.save_pretrained`` 
 the vocabulary from the target (``--target-model-dir``). This command
 
 1. converts a drafter to GGUF with that converter (unchanged, fp32), and the target too when no
-   GGUF of it is published;
+   GGUF of it is published; a drafter with a draft vocabulary (``draft_vocab.json``) keeps it
+   in llama.cpp too: its GGUF gains the ``d2t`` ids and the K head rows that llama.cpp's DFlash
+   model reads (``llama_cpp_binaries.with_draft_vocab``; ``--full-vocab`` leaves them out);
 2. decodes the suites' prompts (``--split``: the test part of each suite unless it says
    otherwise) greedily with ``llama-completion`` (plain) and with
-   ``llama-speculative-simple --spec-type draft-dflash --spec-draft-n-max N`` for each N,
-   alternating prompt by prompt; the prompt is our tokenizer's chat template as text, and the
+   ``llama-speculative-simple --spec-type draft-dflash --spec-draft-n-max N`` for each N (and
+   ``--spec-draft-p-min P`` for each P: the block cut at the first drafted token whose drafter
+   probability is below P), alternating prompt by prompt; the prompt is our tokenizer's chat template as text, and the
    prompt ids llama.cpp reads are checked equal to ours (no second template, no extra BOS);
 3. optionally decodes the same prompts in minidflash (``speculative_generate``, block size N+1),
-   times the target's passes with ``llama-bench`` (pp 4/8/16, tg) and with torch
+   times the target's passes with ``llama-bench`` (pp 1..16, tg) and with torch
    (``bench.step_times``), and writes everything, commands included, to one JSON.
 
 **tau in llama.cpp.** ``llama-speculative-simple`` counts, per target pass that is kept,
@@ -48,7 +51,7 @@ from .llama_cpp_binaries import (BENCH, PLAIN, PRE_TOKENIZER_REGEX, SPECULATIVE,
                                  convert, decode, find_binary, find_converter, parse_bench,
                                  parse_plain, parse_speculative, plain_command, plain_text,
                                  prompt_ids, run, speculative_command, speculative_text,
-                                 step_costs)
+                                 step_costs, with_draft_vocab)
 
 
 # --------------------------------------------------------------------------------------------
@@ -112,6 +115,13 @@ def arguments(argv=None) -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--n-max", type=int, nargs="+", default=[3, 7, 15],
                    help="--spec-draft-n-max values (drafted tokens; minidflash block size n+1)")
+    p.add_argument("--p-min", type=float, nargs="+", default=[0.0],
+                   help="--spec-draft-p-min values (0: no cut); each n-max runs with each p-min")
+    p.add_argument("--full-vocab", action="store_true",
+                   help="draft over the whole vocabulary in llama.cpp even when the drafter has "
+                        "a draft_vocab.json (as llama.cpp's converter alone writes it)")
+    p.add_argument("--drafter-type", choices=["f32", "q8_0"], default="f32",
+                   help="the drafter's weights in GGUF (the converter's --outtype)")
     p.add_argument("--threads", type=int, default=1, help="llama.cpp threads for the decodes")
     p.add_argument("--no-repack", action="store_true",
                    help="pass llama.cpp's -nr (no weight repacking; avoids AMX kernels)")
@@ -125,7 +135,15 @@ def arguments(argv=None) -> argparse.Namespace:
     a = p.parse_args(argv)
     if a.max_new_tokens < 2 or min(a.n_max) < 1:
         raise ValueError("--max-new-tokens must be >= 2 and every --n-max >= 1")
+    if not all(0 <= q < 1 for q in a.p_min):
+        raise ValueError(f"every --p-min must be in [0, 1), got {a.p_min}: 0 verifies every "
+                         "drafted token")
     return a
+
+
+def settings(a: argparse.Namespace) -> list[tuple[str, int, float]]:
+    """Every speculative run of a prompt: its name ("7", or "7/p0.5" with a cut), n-max, p-min."""
+    return [(f"{n}/p{q:g}" if q else str(n), n, q) for n in a.n_max for q in a.p_min]
 
 
 def target_files(name: str, target):
@@ -148,6 +166,7 @@ def gguf_files(a: argparse.Namespace, target, converter: Path) -> tuple:
     """Step 1: the target's GGUF (--target-gguf, the published one, or converted here) and the
     drafter's, converted with llama.cpp's converter; and the two conversions' records (the
     target's None when it was not converted)."""
+    from ..drafter import DRAFT_VOCAB_FILE
     from ..hub import user_cache_dir
 
     target_dir, gguf = target_files(a.target, target)
@@ -160,9 +179,19 @@ def gguf_files(a: argparse.Namespace, target, converter: Path) -> tuple:
         target_conversion = convert(target_dir, target_gguf, converter, pre=a.pre_tokenizer)
     if not target_gguf.is_file():
         raise ValueError(f"--target-gguf {target_gguf} is not a file")
-    drafter_gguf = out_dir / f"{Path(a.drafter).name}.gguf"
-    conversion = convert(a.drafter, drafter_gguf, converter, target_dir, pre=a.pre_tokenizer)
+    drafter_gguf = out_dir / f"{Path(a.drafter).name}.{a.drafter_type}.gguf"
+    conversion = convert(a.drafter, drafter_gguf, converter, target_dir, pre=a.pre_tokenizer,
+                         outtype=a.drafter_type)
     print(f"converted {a.drafter} -> {drafter_gguf} ({conversion['tensors']} tensors)")
+    vocab = Path(a.drafter) / DRAFT_VOCAB_FILE
+    if vocab.is_file() and not a.full_vocab:          # keep the draft vocabulary (d2t)
+        ids = json.loads(vocab.read_text())["token_ids"]
+        rows = target.get_output_embeddings().weight.detach()[ids].float().numpy()
+        reduced = drafter_gguf.with_name(f"{drafter_gguf.stem}.d2t.gguf")
+        conversion["draft_vocab"] = with_draft_vocab(drafter_gguf, reduced, ids, rows,
+                                                     a.drafter_type)
+        drafter_gguf = reduced
+        print(f"  + its draft vocabulary: {len(ids):,} head rows and d2t -> {reduced}")
     return target_gguf, drafter_gguf, conversion, target_conversion
 
 
@@ -186,19 +215,20 @@ def llama_decodes(s: Setup, text: str, ours: list[int], i: int) -> tuple:
     counters with their text, whether llama.cpp read our prompt ids), the plain text, whether
     plain stopped by itself, and the runs repeated."""
     a, kw = s.a, dict(threads=s.a.threads, no_repack=s.a.no_repack)
-    r, reruns = {"speculative": {}}, 0
-    for what in (["plain", *a.n_max] if i % 2 == 0 else [*a.n_max, "plain"]):
+    r, reruns, runs = {"speculative": {}}, 0, settings(a)
+    for what in (["plain", *runs] if i % 2 == 0 else [*runs, "plain"]):
         if what == "plain":
             (r["plain"], theirs, (plain, stopped)), again = decode(
                 plain_command(s.tools, s.target_gguf, text, a.max_new_tokens, **kw),
                 lambda q: (parse_plain(q.stderr), prompt_ids(q.stderr), plain_text(q.stdout)))
             r["prompt_ids_match"] = theirs == ours
         else:
+            name, n_max, p_min = what
             (spec, new), again = decode(
                 speculative_command(s.tools, s.target_gguf, s.drafter_gguf, text,
-                                    a.max_new_tokens, what, **kw),
+                                    a.max_new_tokens, n_max, p_min=p_min, **kw),
                 lambda q: (parse_speculative(q.stderr), speculative_text(q.stdout, text)))
-            r["speculative"][str(what)] = {**spec, "text": new}
+            r["speculative"][name] = {**spec, "text": new}
         reruns += again
     r["prompt_ids_match"] &= all(spec.pop("prompt_tokens") == len(ours)
                                  for spec in r["speculative"].values())
@@ -209,7 +239,9 @@ def minidflash_decodes(s: Setup, messages: list[dict], ours: list[int], plain: s
                        stopped: bool) -> dict:
     """Step 3: the same prompt in minidflash: its plain decode against llama.cpp's (where they
     part, and how close the target's call was there), then speculative at block size n-max + 1
-    (tau in both conventions, and whether every decode is its plain one)."""
+    with the same cut and no cost model (tau in both conventions, and whether every decode is
+    its plain one). Our cut reads the softmax over the draft vocabulary, llama.cpp's the one
+    over its sampler's top candidates: close, not equal."""
     import torch
 
     from ..target import chat_ids
@@ -225,11 +257,11 @@ def minidflash_decodes(s: Setup, messages: list[dict], ours: list[int], plain: s
         e["fp32_logit_gap"] = logit_gap(s.target, ours, e)
     r["engines_plain_agree"] = e is None
     r["minidflash"], same = {}, True
-    for k in s.a.n_max:
+    for name, k, p_min in settings(s.a):
         o = speculative_generate(s.target, s.drafter, ids, s.a.max_new_tokens, block_size=k + 1,
-                                 stop_token_ids=s.stops)
+                                 stop_token_ids=s.stops, p_min=p_min, cost=False)
         same &= torch.equal(o.output_ids, base.output_ids)
-        r["minidflash"][str(k)] = {"tau": o.tau, "tokens": o.num_new_tokens,
+        r["minidflash"][name] = {"tau": o.tau, "tokens": o.num_new_tokens,
                                    "tau_per_pass": o.num_new_tokens / (len(o.acceptance_lengths) + 1)}
     r["minidflash_identical"] = same
     return r
@@ -246,14 +278,14 @@ def decode_prompt(s: Setup, suite: str, i: int, row: dict) -> tuple[dict, int]:
     r = {"id": row.get("id", f"{suite}-{i}"), "prompt_tokens": len(ours), **decoded}
     for spec in r["speculative"].values():
         spec["parting"] = parting(s.tokenizer, plain, spec.pop("text"), stopped)
-        if spec["parting"] is not None and s.a.minidflash:
+        if spec["parting"] is not None:               # how close the call was, in fp32
             spec["parting"]["fp32_logit_gap"] = logit_gap(s.target, ours, spec["parting"])
     if s.drafter is not None:
         r.update(minidflash_decodes(s, row["messages"], ours, plain, stopped))
     parts = [r.get("engines_plain_parting"), *(p["parting"] for p in r["speculative"].values())]
     for part in filter(None, parts):
         del part["prefix"]                     # (the ids were for logit_gap)
-    k = str(s.a.n_max[-1])
+    k = settings(s.a)[-1][0]
     print(f"{suite:>10}[{i}] plain {r['plain']['tokens_per_s']:6.1f} tok/s | n-max {k}: "
           f"tau {r['speculative'][k]['tau']:.2f}"
           + (f" (minidflash {r['minidflash'][k]['tau']:.2f})" if s.drafter else "")
@@ -263,15 +295,17 @@ def decode_prompt(s: Setup, suite: str, i: int, row: dict) -> tuple[dict, int]:
 
 
 def shown(cmd: list) -> str:
-    """A command as the results record it: the binary's name, not where it is."""
-    return " ".join(Path(str(c)).name if i == 0 else str(c) for i, c in enumerate(cmd))
+    """A command as the results record it: the binary's name, not where it is; ~ for home."""
+    return " ".join(Path(str(c)).name if i == 0 else str(c).replace(str(Path.home()), "~")
+                    for i, c in enumerate(cmd))
 
 
 def step_timings(result: dict, s: Setup) -> None:
     """Step 4 (optional): what a target pass over k tokens costs in decode steps, in llama.cpp
     (llama-bench) and in torch (bench.step_times), into ``result``."""
     if s.a.bench_threads:
-        cmd = bench_command(s.tools, s.target_gguf, s.a.bench_threads, no_repack=s.a.no_repack)
+        cmd = bench_command(s.tools, s.target_gguf, s.a.bench_threads, no_repack=s.a.no_repack,
+                            widths=range(1, 17))
         records = parse_bench(run(cmd).stdout)
         result["llama_bench"] = {"command": shown(cmd), "records": records,
                                  "step_costs": step_costs(records)}
@@ -289,19 +323,25 @@ def step_timings(result: dict, s: Setup) -> None:
         torch.set_num_threads(1)
 
 
-def summarise(rows: list[dict], n_max: list[int], minidflash: bool) -> dict:
-    """A suite's figures: plain speed, and per n-max tau, speed, speedup and identical share."""
+def summarise(rows: list[dict], names: list[str], minidflash: bool) -> dict:
+    """A suite's figures: plain speed, and per setting (n-max, p-min: ``settings``) tau, speed,
+    speedup and identical share (under "n_max", as before p-min was a setting)."""
     mean = lambda xs: sum(xs) / len(xs) if xs else None
     plain_t = sum(r["plain"]["eval_ms"] for r in rows) / 1e3
     plain_tps = sum(r["plain"]["runs"] for r in rows) / plain_t
     out = {"prompts": len(rows), "plain_tokens_per_s": plain_tps,
            "prompt_ids_match": all(r["prompt_ids_match"] for r in rows), "n_max": {}}
-    for k in map(str, n_max):
+    for k in names:
         s = [r["speculative"][k] for r in rows]
         tps = sum(x["n_predict"] for x in s) / sum(x["decode_s"] for x in s)
         out["n_max"][k] = {"tau": mean([x["tau"] for x in s]), "tokens_per_s": tps,
                            "speedup": tps / plain_tps,
                            "identical_share": mean([x["parting"] is None for x in s])}
+        if all(x.get("draft_calls") for x in s):       # one drafter pass, in plain decode steps
+            per_call = sum(x["draft_ms"] for x in s) / sum(x["draft_calls"] for x in s)
+            out["n_max"][k].update(draft_ms=per_call, draft_steps=per_call * plain_tps / 1e3,
+                                   drafted_per_pass=sum(x["n_drafted"] for x in s)
+                                   / sum(x["draft_calls"] for x in s))
         if minidflash:
             out["n_max"][k]["minidflash_tau"] = mean([r["minidflash"][k]["tau"] for r in rows])
             out["n_max"][k]["minidflash_tau_llama_convention"] = mean(
@@ -334,6 +374,7 @@ def main(argv=None) -> dict:
     result = {"command": command, "target": a.target, "target_gguf": target_gguf.name,
               "drafter": a.drafter, "conversion": conversion, "target_conversion": target_conversion,
               "max_new_tokens": a.max_new_tokens, "n": a.n, "split": a.split, "n_max": a.n_max,
+              "p_min": a.p_min, "settings": [name for name, *_ in settings(a)],
               "threads": a.threads, "no_repack": a.no_repack, "reruns": 0, "suites": {}}
     kw = dict(threads=a.threads, no_repack=a.no_repack)
     result["plain_command"] = shown(plain_command(tools, target_gguf.name, "PROMPT",
@@ -349,7 +390,7 @@ def main(argv=None) -> dict:
             result["reruns"] += reruns
             result["suites"][suite] = {
                 "prompts_used": corpus.split_label(suite, a.split, len(prompts)), "prompts": rows,
-                "summary": summarise(rows, a.n_max, drafter is not None)}
+                "summary": summarise(rows, result["settings"], drafter is not None)}
             if a.json:                                 # so far, in case the run is cut short
                 Path(a.json).parent.mkdir(parents=True, exist_ok=True)
                 Path(a.json).write_text(json.dumps(result, indent=1) + "\n")
@@ -362,15 +403,17 @@ def main(argv=None) -> dict:
 
 def report(result: dict) -> str:
     """The side-by-side table per suite and n-max, then the step costs."""
-    lines = [f"{'suite':>10} {'n-max':>5} {'tau llama.cpp':>13} {'tau minidflash':>14} "
-             f"{'tok/s plain':>11} {'tok/s spec':>10} {'speedup':>8} {'identical':>9}"]
+    lines = [f"{'suite':>10} {'n-max':>8} {'tau llama.cpp':>13} {'tau minidflash':>14} "
+             f"{'tok/s plain':>11} {'tok/s spec':>10} {'speedup':>8} {'identical':>9} "
+             f"{'draft (steps)':>13}"]
     for suite, s in result["suites"].items():
         m = s["summary"]
         for k, x in m["n_max"].items():
             mine = f"{x['minidflash_tau']:14.2f}" if "minidflash_tau" in x else f"{'-':>14}"
-            lines.append(f"{suite:>10} {k:>5} {x['tau']:13.2f} {mine} {m['plain_tokens_per_s']:11.1f}"
+            lines.append(f"{suite:>10} {k:>8} {x['tau']:13.2f} {mine} {m['plain_tokens_per_s']:11.1f}"
                          f" {x['tokens_per_s']:10.1f} {x['speedup']:7.2f}x "
-                         f"{100 * x['identical_share']:8.0f}%")
+                         f"{100 * x['identical_share']:8.0f}% "
+                         + (f"{x['draft_steps']:13.2f}" if "draft_steps" in x else f"{'-':>13}"))
     for t, c in result.get("llama_bench", {}).get("step_costs", {}).items():
         lines.append(f"llama-bench, {t} thread(s): decode step {c['decode_ms']:.2f} ms; a pass of "
                      + ", ".join(f"{k} tokens = {v:.2f}" for k, v in c["verify_steps"].items())
@@ -382,7 +425,7 @@ def plot(result: dict, path: Path) -> None:
     from matplotlib.figure import Figure
 
     suites = list(result["suites"])
-    ks = [str(k) for k in result["n_max"]]
+    ks = result.get("settings") or [str(k) for k in result["n_max"]]
     fig = Figure(figsize=(13, 3.6))
     ax = fig.subplots(1, 3)
     w = 0.8 / (2 * len(ks))
@@ -392,7 +435,7 @@ def plot(result: dict, path: Path) -> None:
         ax[0].bar(x, [m["tau"] for m in sm], w, color=f"C{j}", label=f"llama.cpp n-max {k}")
         if "minidflash_tau" in sm[0]:
             ax[0].bar([v + w for v in x], [m["minidflash_tau"] for m in sm], w, color=f"C{j}",
-                      alpha=0.45, hatch="//", label=f"minidflash B={int(k) + 1}")
+                      alpha=0.45, hatch="//", label=f"minidflash, the same {k}")
         ax[1].bar([i + j * 0.8 / len(ks) for i in range(len(suites))], [m["speedup"] for m in sm],
                   0.8 / len(ks), color=f"C{j}", label=f"n-max {k}")
     for a_ in ax[:2]:

@@ -104,7 +104,9 @@ def parse_speculative(log: str) -> dict:
         encoded  109 tokens in    0.992 seconds, speed:  109.873 t/s
         decoded   66 tokens in    3.664 seconds, speed:   18.015 t/s
         n_draft   = 15     n_predict = 66     n_drafted = 543     n_accept  = 26
+        statistics draft-dflash: #calls(b,g,a) = 1 20 20, ... dur(b,g,a) = 0.003, 283.161, 0.013 ms
 
+    (the last with ``-lv 4``: the drafter's calls, and "g" their milliseconds).
     tau = n_predict / (n_predict - n_accept): tokens per kept target pass (why: llama_cpp.py)."""
     out = {k: _int(k, log) for k in ("n_draft", "n_predict", "n_drafted", "n_accept")}
     m = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+|inf) t/s", log)
@@ -116,6 +118,9 @@ def parse_speculative(log: str) -> dict:
     out["tokens_per_s"] = int(m.group(1)) / out["decode_s"] if out["decode_s"] > 0 else None
     out["passes"] = out["n_predict"] - out["n_accept"]
     out["tau"] = out["n_predict"] / out["passes"]
+    # with -lv 4 (trace) it also prints the drafter's calls and time (b: begin, g: draft, a: accept)
+    st = re.search(r"#calls\(b,g,a\) =\s*\d+\s+(\d+)\s+\d+.*dur\(b,g,a\) = [\d.]+, ([\d.]+), ", log)
+    out["draft_calls"], out["draft_ms"] = (int(st.group(1)), float(st.group(2))) if st else (None, None)
     return out
 
 
@@ -255,12 +260,12 @@ def check_pre_tokenizer(hf_dir, name: str) -> None:
 
 
 def convert(model_dir, out: Path, converter: Path | None = None, target_dir=None,
-            pre: str | None = None) -> dict:
+            pre: str | None = None, outtype: str = "f32") -> dict:
     """A Hugging Face folder (a target, or with ``target_dir`` a drafter in the published DFlash
-    layout) -> GGUF, fp32, with llama.cpp's own converter."""
+    layout) -> GGUF (fp32, or the converter's ``outtype``), with llama.cpp's own converter."""
     converter = converter or find_converter()
     args = [model_dir, *(["--target-model-dir", target_dir] if target_dir else []),
-            "--outfile", out, "--outtype", "f32"]
+            "--outfile", out, "--outtype", outtype]
     if pre:
         check_pre_tokenizer(target_dir or model_dir, pre)
         cmd = [sys.executable, "-c", NAMED_PRE, converter, pre, *args]
@@ -280,6 +285,51 @@ def convert(model_dir, out: Path, converter: Path | None = None, target_dir=None
             "tensors": int(m.group(1)) if m else None, "mb": round(out.stat().st_size / 2**20, 1)}
 
 
+def with_draft_vocab(drafter_gguf: Path, out: Path, token_ids, head_rows,
+                     outtype: str = "f32") -> dict:
+    """A converted drafter's GGUF, written again with its draft vocabulary in the two tensors
+    llama.cpp's DFlash model already reads (its src/models/dflash.cpp): ``d2t`` (I64, the
+    target's token id of each draft row) and ``output.weight`` (the drafter's own head: the
+    target's lm_head rows for those ids, K x H). llama.cpp then scores K rows per drafted
+    position and scatters them into the whole vocabulary (-inf elsewhere). Its converter writes
+    these only for DSpark drafters, so they are added here with gguf-py; atomically. The rows
+    are stored as ``outtype`` (f32, or q8_0 like the rest of a drafter converted as q8_0)."""
+    import gguf
+    import numpy as np
+
+    reader = gguf.GGUFReader(drafter_gguf)
+    if {"d2t", "output.weight"} & {t.name for t in reader.tensors}:
+        raise ValueError(f"{drafter_gguf} already has a head or d2t: convert the drafter again")
+    rows = np.ascontiguousarray(np.asarray(head_rows, dtype=np.float32))
+    ids = np.asarray(token_ids, dtype=np.int64)
+    if rows.ndim != 2 or rows.shape[0] != ids.size:
+        raise ValueError(f"head rows {rows.shape} do not match {ids.size} draft token ids")
+    partial = out.with_name(out.name + ".partial")
+    writer = gguf.GGUFWriter(partial, reader.fields["general.architecture"].contents())
+    for field in reader.fields.values():
+        if field.name == "general.architecture" or field.name.startswith("GGUF."):
+            continue                                   # written by GGUFWriter itself
+        kind = field.types[0]
+        writer.add_key_value(field.name, field.contents(), kind,
+                             sub_type=field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None)
+    tensors = [(t.name, t.data, t.tensor_type) for t in reader.tensors]
+    kind = {"f32": gguf.GGMLQuantizationType.F32, "q8_0": gguf.GGMLQuantizationType.Q8_0}[outtype]
+    if kind != gguf.GGMLQuantizationType.F32:
+        rows = gguf.quants.quantize(rows, kind)        # (K, bytes of a quantised row)
+    tensors += [("output.weight", rows, kind), ("d2t", ids, gguf.GGMLQuantizationType.I64)]
+    for name, data, kind in tensors:
+        writer.add_tensor_info(name, data.shape, data.dtype, data.nbytes, kind)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for _, data, _ in tensors:
+        writer.write_tensor_data(data)
+    writer.close()
+    os.replace(partial, out)
+    return {"tensors": len(tensors), "draft_vocab": int(ids.size),
+            "mb": round(out.stat().st_size / 2**20, 1)}
+
+
 def common_args(target_gguf, threads: int, ctx: int, no_repack: bool) -> list:
     """Greedy, no escape processing: the prompt goes as it is (not with -f, which drops the
     final newline of a file: the template's one after "assistant")."""
@@ -293,14 +343,18 @@ def plain_command(tools, target_gguf, prompt, n, threads=1, ctx=2048, no_repack=
 
 
 def speculative_command(tools, target_gguf, drafter_gguf, prompt, n, n_max, threads=1,
-                        ctx=2048, no_repack=False):
+                        ctx=2048, no_repack=False, p_min=0.0):
+    """``p_min`` > 0: llama.cpp's ``--spec-draft-p-min``, the block cut at the first drafted
+    token whose drafter probability is below it (the same rule as ``verifier``'s ``p_min``)."""
     return ([tools[SPECULATIVE], *common_args(target_gguf, threads, ctx, no_repack),
              "-md", drafter_gguf, "--spec-type", "draft-dflash", "--spec-draft-n-max", n_max,
-             "-td", threads, "-tbd", threads, "-p", prompt, "-n", n])
+             *(["--spec-draft-p-min", p_min] if p_min else []),
+             "-td", threads, "-tbd", threads, "-lv", 4, "-p", prompt, "-n", n])
 
 
-def bench_command(tools, target_gguf, threads: list[int], repetitions=5, no_repack=False):
-    return [tools[BENCH], "-m", target_gguf, "-p", "4,8,16", "-n", "32",
+def bench_command(tools, target_gguf, threads: list[int], repetitions=5, no_repack=False,
+                  widths=(4, 8, 16)):
+    return [tools[BENCH], "-m", target_gguf, "-p", ",".join(map(str, widths)), "-n", "32",
             "-t", ",".join(map(str, threads)), "-r", repetitions, "-o", "json",
             *(["--repack", "0"] if no_repack else [])]
 

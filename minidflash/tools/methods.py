@@ -9,7 +9,8 @@ The paper's comparison (DFlash against EAGLE-3) plus what a user has without tra
     dflash:B/pP    the same, with the confidence cut at P: only the leading drafts the drafter
                    gives probability >= P are verified (verify_cost.confident_prefix)
     dflash:B/cost  the same, each step verifying the length with the most expected tokens per
-                   unit of the drafter's measured cost curve (verify_cost.py; /pP/cost: both)
+                   unit of the drafter's measured cost curve (verify_cost.py; /pP/cost: both;
+                   /cost/trustW: q corrected as the decode goes, weight W)
     ar:k           the EAGLE-3-style drafter (ar_drafter.py), k tokens drafted in k passes,
                    verified as a block of k+1 by the same loop
     ar:k/pP        the same with the cut: its chain stops at its first token below P
@@ -33,6 +34,7 @@ pass does not depend on them), over a cached context, as the paper's figure 3 do
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -44,6 +46,7 @@ from ..config import TINY_AR_DRAFTER_DIR
 from ..drafter import DFlashDrafter, load_drafter, make_drafter_config
 from ..target import chat_ids, stop_ids
 from ..verifier import clock, crop_cache, speculative_generate
+from ..verify_cost import for_threads
 from .metrics import LOOPING, correct, repeated_4gram_share
 
 
@@ -55,6 +58,7 @@ class Method(NamedTuple):
     nodes: int | None = None     # tree node budget
     top_k: int | None = None     # tree candidates per slot
     cost: bool | None = None     # verify lengths by the drafter's cost curve (None: its default)
+    trust: float | None = None   # with cost: the running correction of q (VerifyCost.trust_weight)
 
 
 def parse(spec: str) -> Method:
@@ -78,12 +82,15 @@ def parse(spec: str) -> Method:
         opts.remove("cost")
         values["cost"] = True
     for opt in opts:
-        key = next((key for key in ("top", "p", "n") if opt.startswith(key)), None)
+        key = next((key for key in ("trust", "top", "p", "n") if opt.startswith(key)), None)
         try:
-            values[key] = (float if key == "p" else int)(opt[len(key or ""):])
+            values[key] = (float if key in ("p", "trust") else int)(opt[len(key or ""):])
         except (TypeError, ValueError):
             raise ValueError(f"method {spec!r}: option {opt!r} is not pP (confidence cut), nN "
-                             f"(tree nodes) or topK (tree candidates per slot)") from None
+                             f"(tree nodes), topK (tree candidates per slot) or trustW (the cost "
+                             f"model's correction of q)") from None
+    if "trust" in values and "cost" not in values:
+        raise ValueError(f"method {spec!r}: /trustW corrects the cost model's q; add /cost")
     for key, what in (("p", "/pP (the confidence cut)"), ("cost", "/cost (the cost model)")):
         if key in values and kind not in ("dflash", "ar"):
             raise ValueError(f"method {spec!r}: {what} is for dflash and ar")
@@ -95,7 +102,7 @@ def parse(spec: str) -> Method:
     p_min = values.get("p", 0.0 if kind in ("dflash", "ar") and k else None)
     cost = values.get("cost", False if kind in ("dflash", "ar") and k else None)
     return Method(kind, int(k) if k else (None if kind == "dflash" else 1), path or None, p_min,
-                  values.get("n"), values.get("top"), cost)
+                  values.get("n"), values.get("top"), cost, values.get("trust"))
 
 
 def load_method_drafters(specs, target, dflash_default=None, ar_default=None) -> dict:
@@ -141,6 +148,8 @@ def decode(target, drafter, ids, max_new_tokens, stops, m: Method):
             raise ValueError(f"method {m.kind}:{m.k}/cost needs a drafter whose decoding.json "
                              f"carries a cost curve (`python -m minidflash budget curve`).")
         cost = None                                  # the drafter's, for this thread count
+        if m.trust is not None:
+            cost = replace(for_threads(drafter.costs), trust_weight=m.trust)
     return speculative_generate(target, drafter, ids, max_new_tokens, block_size=B,
                                 stop_token_ids=stops, p_min=m.p_min, cost=cost)
 
