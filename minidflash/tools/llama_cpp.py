@@ -426,7 +426,7 @@ def plot(result: dict, path: Path) -> None:
 
     suites = list(result["suites"])
     ks = result.get("settings") or [str(k) for k in result["n_max"]]
-    fig = Figure(figsize=(13, 3.6))
+    fig = Figure(figsize=(13, 4.4))
     ax = fig.subplots(1, 3)
     w = 0.8 / (2 * len(ks))
     for j, k in enumerate(ks):
@@ -440,11 +440,14 @@ def plot(result: dict, path: Path) -> None:
                   0.8 / len(ks), color=f"C{j}", label=f"n-max {k}")
     for a_ in ax[:2]:
         a_.set_xticks(range(len(suites)), suites, rotation=20)
-    ax[0].set(title="tau: llama.cpp against minidflash", ylabel="tokens per target pass")
-    ax[0].legend(fontsize=7)
+    mine = "minidflash_tau" in result["suites"][suites[0]]["summary"]["n_max"][ks[0]]
+    ax[0].set(title="tau: llama.cpp against minidflash" if mine else "tau in llama.cpp",
+              ylabel="tokens per target pass", ylim=(0, None))
+    ax[0].legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.18))
     ax[1].axhline(1, color="k", lw=0.8, ls="--")
-    ax[1].set(title=f"llama.cpp speculative / plain ({result['threads']} thread)", ylabel="x")
-    ax[1].legend(fontsize=7)
+    t = result["threads"]
+    ax[1].set(title=f"llama.cpp speculative / plain ({t} thread{'s' if t > 1 else ''})", ylabel="x")
+    ax[1].legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.18))
     for t, c in result.get("llama_bench", {}).get("step_costs", {}).items():
         ks_ = [int(k) for k in c["verify_steps"]]
         ax[2].plot([1, *ks_], [1, *c["verify_steps"].values()], marker="o",
@@ -453,9 +456,14 @@ def plot(result: dict, path: Path) -> None:
         ks_ = [4, 8, 16]
         ax[2].plot([1, *ks_], [1, *(s[f"verify_{k}_ms"] / s["decode_ms"] for k in ks_)],
                    marker="s", ls="--", label=f"torch fp32, {t} thread(s)")
-    ax[2].axhline(1, color="grey", lw=0.8, ls=":", label="one decode step")
-    ax[2].set(title="a target pass over k tokens", xlabel="tokens k", ylabel="decode steps")
-    ax[2].legend(fontsize=7)
+    if not (result.get("llama_bench") or result.get("torch_step_times")):
+        ax[2].text(0.5, 0.5, "no step costs measured in this run\n(--bench-threads)",
+                   ha="center", va="center", transform=ax[2].transAxes)
+        ax[2].set_axis_off()
+    else:
+        ax[2].axhline(1, color="grey", lw=0.8, ls=":", label="one decode step")
+        ax[2].set(title="a target pass over k tokens", xlabel="tokens k", ylabel="decode steps")
+        ax[2].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
