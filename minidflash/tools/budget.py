@@ -13,7 +13,8 @@ every drafted token the target checks is paid for. Two measurements size the bud
   accepted) with q_j in a bin, the share the target accepted. The confidence cut
   (``speculative_generate(p_min=...)``) is only as good as this agreement.
 * ``cost --from CURVE.json --drafter DIR``: write a measured curve into the drafter's
-  ``decoding.json`` (one curve per thread count) as its default cost model (verify_cost.py).
+  ``decoding.json`` (one curve per thread count) as its default cost model (verify_cost.py;
+  ``--trust-weight W``: with the running correction of q).
 """
 
 from __future__ import annotations
@@ -73,10 +74,10 @@ def curve_by_threads(target, drafter, threads, rounds: int = 3, **kw) -> dict:
     return out
 
 
-def costs_of(curve: dict, max_skip: int = 8) -> dict[int, VerifyCost]:
+def costs_of(curve: dict, max_skip: int = 8, trust_weight: float = 0.0) -> dict[int, VerifyCost]:
     """A ``curve`` result as cost models, one per thread count (t(k) and the draft over t(1))."""
     return {int(t): VerifyCost(tuple(round(x, 3) for x in c["in_decode_steps"]),
-                               round(c["draft_ms"] / c["verify_ms"][0], 3), max_skip)
+                               round(c["draft_ms"] / c["verify_ms"][0], 3), max_skip, trust_weight)
             for t, c in curve["threads"].items()}
 
 
@@ -179,6 +180,8 @@ def main(argv=None) -> dict:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", choices=["curve", "calibration", "cost"])
     p.add_argument("--from", dest="curve", default=None, help="cost: a saved curve's JSON")
+    p.add_argument("--trust-weight", type=float, default=0.0,
+                   help="cost: the running correction of the drafter's q (VerifyCost.trust_weight)")
     p.add_argument("--target", default=None)
     p.add_argument("--drafter", default=None)
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2],
@@ -196,7 +199,8 @@ def main(argv=None) -> dict:
     if a.what == "cost":
         if not (a.curve and a.drafter):
             p.error("cost needs --from CURVE.json (from `budget curve --json`) and --drafter DIR")
-        decoding = write_cost(a.drafter, costs_of(json.loads(Path(a.curve).read_text())))
+        curve = json.loads(Path(a.curve).read_text())
+        decoding = write_cost(a.drafter, costs_of(curve, trust_weight=a.trust_weight))
         print(f"{a.drafter}/decoding.json: {json.dumps(decoding)[:200]}")
         return decoding
     torch.manual_seed(0)
