@@ -71,5 +71,5 @@ def legend(mode: str = "plain") -> str:
     marked = (f"{ANSI_ACCEPTED[0]}drafted{ANSI_RESET}{ANSI_ACCEPTED[1]}and{ANSI_RESET}"
               f"{ANSI_ACCEPTED[0]}accepted{ANSI_RESET} (greens alternate per token)"
               if mode == "ansi" else f"{OPEN}drafted{SEP}and{SEP}accepted{CLOSE} (│ between tokens)")
-    return (f"{marked}; unmarked: the target's own token (the first one, and the bonus token "
+    return (f"{marked}; unmarked: the target's own token\n(the first one, and the bonus token "
             f"that ends each verify step); \u2423 space, \u21b5 newline")
