@@ -20,9 +20,10 @@ by the running ratio of drafts accepted to drafts expected in the steps before.
 
 Like the confidence cut, this reads the drafter's outputs, the clock and what earlier steps
 committed, never the current step's target choices, so it changes how many tokens a step can
-certify, not which ones: greedy output stays identical to plain decoding and sampling stays exact. The curve is a property of the machine
-and of the thread count: a drafter's ``decoding.json`` may carry curves measured where it ships,
-one per thread count (``costs_from_dict``); a call uses the one nearest torch's thread count.
+certify, not which ones: greedy output stays identical to plain decoding and sampling stays
+exact. The curve is a property of the machine and of the thread count: a drafter's
+``decoding.json`` may carry curves measured where it ships, one per thread count
+(``costs_from_dict``); a call uses the one nearest torch's thread count.
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ class VerifyCost:
         return {"verify": list(self.verify), "draft": self.draft, "max_skip": self.max_skip,
                 **({"trust_weight": self.trust_weight} if self.trust_weight else {})}
 
-    def expected_tokens(self, q: torch.Tensor) -> torch.Tensor:
+    @staticmethod
+    def expected_tokens(q: torch.Tensor) -> torch.Tensor:
         """E(0..k) for q (k,) the drafter's probabilities of d_1..d_k: (k + 1,)."""
         return torch.cat([q.new_ones(1), 1 + q.double().cumprod(0).cumsum(0)])
 
@@ -125,8 +127,7 @@ class Trust:
         """After a drafted step: q (B-1,) the drafter's probabilities of d_1..d_(B-1), m of them
         verified and ``accepted`` accepted; block (B,) = [t, d_1..d_(B-1)] before the cut;
         choice (m+1,) the target's tokens at the verified positions."""
-        seen = min(m + 1, q.shape[0])
-        expected = float(q[:seen].double().cumprod(0).sum())
+        expected = float(VerifyCost.expected_tokens(q[:m + 1])[-1]) - 1     # slots 1..m+1
         observed = accepted + int(accepted == m < q.shape[0]                 # d_(m+1) right too?
                                   and int(block[m + 1]) == int(choice[m]))
         w = self.weight

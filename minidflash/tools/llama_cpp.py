@@ -13,8 +13,9 @@ the vocabulary from the target (``--target-model-dir``). This command
    otherwise) greedily with ``llama-completion`` (plain) and with
    ``llama-speculative-simple --spec-type draft-dflash --spec-draft-n-max N`` for each N (and
    ``--spec-draft-p-min P`` for each P: the block cut at the first drafted token whose drafter
-   probability is below P), alternating prompt by prompt; the prompt is our tokenizer's chat template as text, and the
-   prompt ids llama.cpp reads are checked equal to ours (no second template, no extra BOS);
+   probability is below P), alternating prompt by prompt; the prompt is our tokenizer's chat
+   template as text, and the prompt ids llama.cpp reads are checked equal to ours (no second
+   template, no extra BOS);
 3. optionally decodes the same prompts in minidflash (``speculative_generate``, block size N+1),
    times the target's passes with ``llama-bench`` (pp 1..16, tg) and with torch
    (``bench.step_times``), and writes everything, commands included, to one JSON.
@@ -262,7 +263,7 @@ def minidflash_decodes(s: Setup, messages: list[dict], ours: list[int], plain: s
                                  stop_token_ids=s.stops, p_min=p_min, cost=False)
         same &= torch.equal(o.output_ids, base.output_ids)
         r["minidflash"][name] = {"tau": o.tau, "tokens": o.num_new_tokens,
-                                   "tau_per_pass": o.num_new_tokens / (len(o.acceptance_lengths) + 1)}
+                                 "tau_per_pass": o.num_new_tokens / (len(o.acceptance_lengths) + 1)}
     r["minidflash_identical"] = same
     return r
 

@@ -309,14 +309,14 @@ def with_draft_vocab(drafter_gguf: Path, out: Path, token_ids, head_rows,
     for field in reader.fields.values():
         if field.name == "general.architecture" or field.name.startswith("GGUF."):
             continue                                   # written by GGUFWriter itself
-        kind = field.types[0]
-        writer.add_key_value(field.name, field.contents(), kind,
-                             sub_type=field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None)
+        vtype = field.types[0]
+        writer.add_key_value(field.name, field.contents(), vtype,
+                             sub_type=field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None)
     tensors = [(t.name, t.data, t.tensor_type) for t in reader.tensors]
-    kind = {"f32": gguf.GGMLQuantizationType.F32, "q8_0": gguf.GGMLQuantizationType.Q8_0}[outtype]
-    if kind != gguf.GGMLQuantizationType.F32:
-        rows = gguf.quants.quantize(rows, kind)        # (K, bytes of a quantised row)
-    tensors += [("output.weight", rows, kind), ("d2t", ids, gguf.GGMLQuantizationType.I64)]
+    head = {"f32": gguf.GGMLQuantizationType.F32, "q8_0": gguf.GGMLQuantizationType.Q8_0}[outtype]
+    if head != gguf.GGMLQuantizationType.F32:
+        rows = gguf.quants.quantize(rows, head)        # (K, bytes of a quantised row)
+    tensors += [("output.weight", rows, head), ("d2t", ids, gguf.GGMLQuantizationType.I64)]
     for name, data, kind in tensors:
         writer.add_tensor_info(name, data.shape, data.dtype, data.nbytes, kind)
     writer.write_header_to_file()
