@@ -62,7 +62,7 @@ from .hub import snapshot
 from .verify_cost import VerifyCost, costs_from_dict, costs_to_dict
 
 DRAFT_VOCAB_FILE = "draft_vocab.json"     # optional, beside the published config + weights
-DECODING_FILE = "decoding.json"   # optional: {"p_min": p, "cost": {...}}, how a step spends its verify
+DECODING_FILE = "decoding.json"   # optional: {"p_min", "cost", "tree"}: how a step spends its verify
 
 
 def default_target_layer_ids(num_target_layers: int, num_features: int) -> list[int]:
@@ -216,6 +216,8 @@ class DFlashDrafter(nn.Module):
         self.p_min = 0.0
         # verify lengths by measured cost (verify_cost.py): curves by thread count (0: any)
         self.costs: dict[int, VerifyCost] | None = None
+        # verify a tree of drafts by default (tree.py): {"node_budget": n, "top_k": k}, or None
+        self.tree: dict | None = None
         self.apply(self._init_weights)
 
     def set_draft_vocab(self, token_ids) -> None:
@@ -376,6 +378,8 @@ class DFlashDrafter(nn.Module):
         decoding = {"p_min": self.p_min} if self.p_min else {}
         if self.costs:
             decoding["cost"] = costs_to_dict(self.costs)
+        if self.tree:
+            decoding["tree"] = check_tree(self.tree)
         if decoding:
             (tmp / DECODING_FILE).write_text(json.dumps(decoding) + "\n")
         if out.exists():
@@ -446,9 +450,23 @@ def load_drafter(name_or_path=None, target=None, dtype=torch.float32, device="cp
                 drafter.costs = costs_from_dict(decoding["cost"])
             except ValueError as e:
                 raise ValueError(f"{path / DECODING_FILE}: {e}") from e
+        if "tree" in decoding:
+            try:
+                drafter.tree = check_tree(decoding["tree"])
+            except ValueError as e:
+                raise ValueError(f"{path / DECODING_FILE}: {e}") from e
     if target is not None:
         check_fits(drafter, target)
     return drafter
+
+
+def check_tree(tree) -> dict:
+    """A default tree as decoding.json holds it: {"node_budget": n >= 1, "top_k": k >= 1}."""
+    if (not isinstance(tree, dict) or set(tree) != {"node_budget", "top_k"}
+            or not all(isinstance(v, int) and v >= 1 for v in tree.values())):
+        raise ValueError(f'a default tree is {{"node_budget": n, "top_k": k}} with integers >= 1 '
+                         f"(tree.py: the n best paths over the per-slot top-k), got {tree!r}.")
+    return dict(tree)
 
 
 def check_fits(drafter: DFlashDrafter, target) -> None:

@@ -30,6 +30,11 @@ form a prefix-closed set: a tree, rooted at t, found best-first from the per-slo
    accepted prefix's.
 
 With top_k = 1 and n = B-1 the tree is the chain. One sequence at a time (N = 1).
+
+On a CPU every node verified is paid for. With a cost curve (``cost``, verify_cost.py) a step
+keeps only the first n of the nodes in the order they left the heap, every prefix of which is a
+tree: the n whose expected tokens, 1 + the sum of their paths' probabilities, per unit of
+measured time are the most; where no n pays, the next steps skip the drafter, as the chain does.
 """
 
 from __future__ import annotations
@@ -41,8 +46,9 @@ import torch
 from transformers import DynamicCache
 
 from . import batch as ragged
+from .decoding import GenerationResult, cache_kwargs, clock, crop_cache
 from .drafter import DFlashDrafter, check_fits, target_features
-from .verifier import GenerationResult, cache_kwargs, clock, crop_cache
+from .verify_cost import VerifyCost
 
 
 @dataclass
@@ -182,12 +188,16 @@ def _validate(target, drafter, input_ids, max_new_tokens, block_size, node_budge
 def tree_generate(target, drafter: DFlashDrafter, input_ids: torch.Tensor, max_new_tokens: int,
                   block_size: int | None = None, node_budget: int | None = None, top_k: int = 4,
                   temperature: float = 0.0, stop_token_ids=None,
-                  generator: torch.Generator | None = None) -> GenerationResult:
+                  generator: torch.Generator | None = None,
+                  cost: VerifyCost | None = None) -> GenerationResult:
     """Decode up to max_new_tokens after input_ids (1, S), verifying a tree of drafts per step.
 
     block_size None takes the drafter's; the tree is at most B-1 deep. node_budget None is B-1:
     a target pass as wide as the chain's. node_budget 0 verifies the root alone: plain decoding
     plus the drafter's cost.
+    cost: each step verifies the n best nodes (n <= node_budget) with the most expected tokens
+    per unit of measured time, a node's chance being its path's probability, and skips the
+    drafter after steps that did not pay, as the chain does (``VerifyCost``).
     Generation stops after the first stop token (kept); at T > 0 the target samples with
     ``generator``.
     """
@@ -215,12 +225,22 @@ def tree_generate(target, drafter: DFlashDrafter, input_ids: torch.Tensor, max_n
     draft_time = verify_time = 0.0
     start = input_ids.shape[1]                   # position of `token`, the tree's root
     done = token in stops
+    skip = wait = 0                              # plain steps after trees that did not pay
     while len(new) < max_new_tokens and not done:
-        # 2. Draft: one drafter pass, then the best node_budget paths.
+        # 2. Draft: one drafter pass, then the best node_budget paths (the n of them that pay).
         ts = clock(device)
-        root = torch.tensor([token], device=device)
-        log_q = drafter.block_logits(target, root, hidden, start, draft_cache, B)  # (1, B-1, V)
-        tree = build_tree(log_q[0], node_budget, top_k)
+        root, fed = torch.tensor([token], device=device), not wait
+        if fed:
+            log_q = drafter.block_logits(target, root, hidden, start, draft_cache, B)  # (1, B-1, V)
+            tree = build_tree(log_q[0], node_budget, top_k)
+            if cost:
+                n, rate = cost.best_count(tree.scores.exp())
+                skip = wait = cost.next_skip(rate, skip)
+                tree = Tree(tree.tokens[:n], tree.parents[:n], tree.depths[:n], tree.scores[:n])
+        else:                                    # a plain step: the root alone
+            wait -= 1
+            none = torch.zeros(0, dtype=torch.long, device=device)
+            tree = Tree(none, none, none, none.float())
         tokens = drafter.token_ids(tree.tokens)                                 # (n,)
         tv = clock(device)
         # 3. Verify root + all nodes in one target pass, each node at start + depth.
@@ -235,7 +255,8 @@ def tree_generate(target, drafter: DFlashDrafter, input_ids: torch.Tensor, max_n
         committed = tokens[[p - 1 for p in path]].tolist() + [token]
         keep = [0] + path
         keep_columns(cache, start, keep)
-        hidden = target_features(out.hidden_states, layer_ids)[:, keep]          # (1, a+1, L_f*H)
+        h = target_features(out.hidden_states, layer_ids)[:, keep]               # (1, a+1, L_f*H)
+        hidden = h if fed else torch.cat([hidden, h], 1)   # a skipped draft leaves its own unread
         new += committed
         done = not stops.isdisjoint(committed)
         drafted += [True] * len(path) + [False]

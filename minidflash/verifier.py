@@ -26,7 +26,8 @@ cut reads the drafter's outputs only, never the target's, so it changes how many
 can certify, not which: greedy output stays identical and sampling exact. A drafter's files may
 carry its default (``decoding.json``, ``drafter.p_min``). ``cost`` (verify_cost.py) instead
 picks the m with the most expected tokens per unit of measured time, and skips the drafter for a
-while (plain steps) where no m pays; both may be on at once (m is the smaller).
+while (plain steps) where no m pays; both may be on at once (m is the smaller). The files may
+also name a tree of drafts (tree.py), which a call then verifies instead of the chain.
 
 Many requests at once (``speculative_generate_batch``): input_ids (N, S), left-padded, with an
 attention_mask, as transformers' ``generate`` takes them. Each row accepts its own a_i + 1
@@ -41,82 +42,15 @@ single-sequence loop below, unchanged.
 
 from __future__ import annotations
 
-import functools
-import inspect
-import time
-from dataclasses import dataclass, field
-
 import torch
 from transformers import DynamicCache
 
 from . import batch as ragged
 from .ar_drafter import ARDrafter
-from .drafter import DFlashDrafter, check_fits, target_features
+from .decoding import GenerationResult, cache_kwargs, clock, crop_cache
+from .drafter import DFlashDrafter, check_fits, check_tree, target_features
+from .tree import tree_generate
 from .verify_cost import Trust, VerifyCost, confident_prefix, for_threads
-
-
-@dataclass
-class GenerationResult:
-    output_ids: torch.Tensor            # (1, prompt + new) prompt followed by the new tokens
-    prompt_length: int
-    acceptance_lengths: list[int]       # tokens committed per verify step (accepted + 1)
-    drafted: list[bool]                 # per new token: True if drafted and accepted
-    prefill_time: float = 0.0           # seconds: the target's pass over the prompt
-    draft_time: float = 0.0             # seconds in drafter passes
-    verify_time: float = 0.0            # seconds in target passes after the prefill
-    decode_time: float = 0.0            # seconds from the end of the prefill to the end
-    block_size: int = 1
-    steps: list[dict] = field(default_factory=list)  # per step: drafted and target ids
-    verified: list[int] = field(default_factory=list)  # per step: drafted tokens verified (m)
-
-    @property
-    def new_ids(self) -> torch.Tensor:
-        return self.output_ids[0, self.prompt_length:]
-
-    @property
-    def num_new_tokens(self) -> int:
-        return self.output_ids.shape[1] - self.prompt_length
-
-    @property
-    def tau(self) -> float:
-        """Mean tokens committed per target verify pass (paper: acceptance length)."""
-        return sum(self.acceptance_lengths) / max(1, len(self.acceptance_lengths))
-
-    @property
-    def tpot(self) -> float:
-        """Decode time per output token (prefill excluded), seconds."""
-        return self.decode_time / max(1, self.num_new_tokens)
-
-
-def crop_cache(cache: DynamicCache, length: int) -> None:
-    """Drop cached positions >= length (a negative crop behaves the same on every version)."""
-    extra = cache.get_seq_length() - length
-    if extra > 0:
-        cache.crop(-extra)
-
-
-@functools.lru_cache(maxsize=None)
-def _cache_name(model_class) -> str:
-    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
-
-
-def cache_kwargs(model, cache) -> dict:
-    """Pass the KV cache under the name this transformers version uses (``cache`` in newer
-    releases, ``past_key_values`` before)."""
-    return {_cache_name(type(model)): cache, "use_cache": True}
-
-
-def clock(device=None) -> float:
-    """Seconds (``time.perf_counter``), read after the device's queued work has finished.
-
-    CUDA runs kernels asynchronously: without the synchronise a timestamp measures launches,
-    and a pass's GPU time lands in whatever is timed next. Every timestamp of
-    ``speculative_generate`` (and of the bench) is read here. device: a torch device or name;
-    None or a CPU reads the clock at once.
-    """
-    if device is not None and torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
 
 
 def _choose(logits: torch.Tensor, temperature: float, generator) -> torch.Tensor:
@@ -181,6 +115,22 @@ def _budget(drafter, block_size, p_min, cost):
     return p_min, cost or None
 
 
+def _tree(drafter, block_size, p_min, record_steps, tree):
+    """The tree a call verifies, or None for the chain (see speculative_generate's tree)."""
+    if tree is None and (p_min is not None or record_steps or block_size is not None):
+        return None                          # the call chose the chain's block, cut or record
+    if tree is None or tree is True:
+        default = getattr(drafter, "tree", None)
+        if tree is True and not default:
+            raise ValueError("tree=True takes the drafter's default tree, and its decoding.json "
+                             "has none: pass {'node_budget': n, 'top_k': k}.")
+        tree = default
+    if tree and (p_min or record_steps or block_size == 1):
+        raise ValueError("p_min, record_steps and block_size=1 are the chain's: pass tree=False "
+                         "with them.")
+    return check_tree(tree) if tree else None
+
+
 def _validate(target, drafter, input_ids, max_new_tokens, block_size, temperature, p_min=0.0):
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.dtype != torch.long:
         raise ValueError("input_ids must be a (N, S) LongTensor of token ids, e.g. "
@@ -219,7 +169,8 @@ def speculative_generate(target, drafter: DFlashDrafter | None, input_ids: torch
                          temperature: float = 0.0, stop_token_ids=None,
                          generator: torch.Generator | None = None,
                          record_steps: bool = False, attention_mask: torch.Tensor | None = None,
-                         p_min: float | None = None, cost: VerifyCost | bool | None = None
+                         p_min: float | None = None, cost: VerifyCost | bool | None = None,
+                         tree: dict | bool | None = None
                          ) -> GenerationResult | list[GenerationResult]:
     """Decode up to max_new_tokens after input_ids (1, S) with draft -> verify -> accept.
 
@@ -227,17 +178,28 @@ def speculative_generate(target, drafter: DFlashDrafter | None, input_ids: torch
     after the first stop token (which is kept). At temperature > 0 the target samples with
     ``generator``; the drafter always drafts greedily. p_min: the confidence cut (None takes the
     drafter's ``p_min``, 0 verifies the whole block). cost: a ``VerifyCost`` choosing m by
-    expected tokens per unit of time (None takes the drafter's, False none).
+    expected tokens per unit of time (None takes the drafter's, False none). tree: verify a tree
+    of drafts (``tree.tree_generate``), {"node_budget": n, "top_k": k} or True for the drafter's
+    default (decoding.json); None takes that default for a call that sets none of block_size,
+    p_min and record_steps (the chain's); False: the chain.
 
     With an attention_mask, input_ids is a batch (N, S), left-padded, and the answer is a list
-    of N results, one per row: ``speculative_generate_batch``.
+    of N results, one per row: ``speculative_generate_batch`` (chains only).
     """
+    if tree and attention_mask is not None:
+        raise ValueError("a tree decodes one sequence at a time: pass tree=False (or None) for a "
+                         "batch, whose rows verify chains.")
     if attention_mask is not None:
         return speculative_generate_batch(target, drafter, input_ids, max_new_tokens,
                                           attention_mask, block_size, temperature,
                                           stop_token_ids, generator, record_steps, p_min, cost)
+    tree = _tree(drafter, block_size, p_min, record_steps, tree)
     if block_size is None:
         block_size = drafter.block_size if drafter is not None else 1
+    if tree:
+        return tree_generate(target, drafter, input_ids, max_new_tokens, block_size,
+                             tree["node_budget"], tree["top_k"], temperature, stop_token_ids,
+                             generator, cost=_budget(drafter, block_size, 0.0, cost)[1])
     p_min, cost = _budget(drafter, block_size, p_min, cost)
     _validate(target, drafter, input_ids, max_new_tokens, block_size, temperature, p_min)
     if input_ids.shape[0] != 1:

@@ -94,9 +94,16 @@ class VerifyCost:
         """(m, rate): the m in 0..k verifying d_1..d_m with the most expected tokens per unit of
         time, and that rate counting the draft (plain decoding: 1.0). q (k,); ``trust`` scales
         the expected accepted drafts (``Trust.value``)."""
-        k = min(q.shape[0], len(self.verify) - 1)
-        e = 1 + trust * (self.expected_tokens(q[:k].cpu()) - 1)
-        rate = e / (self.draft + torch.tensor(self.verify[:k + 1], dtype=torch.float64))
+        return self.best_count(q.cpu().double().cumprod(0), trust)
+
+    def best_count(self, p: torch.Tensor, trust: float = 1.0) -> tuple[int, float]:
+        """(n, rate) as ``best_length``, for drafted tokens whose chances of being accepted are
+        p (n,), non-increasing, every prefix verifiable on its own: a chain's q_1, q_1 q_2, ...,
+        or a tree's nodes best first (a node's chance is its path's product, tree.py)."""
+        k = min(p.shape[0], len(self.verify) - 1)
+        got = torch.cat([p.new_zeros(1), p[:k].cpu().double().cumsum(0)])
+        rate = (1 + trust * got) / (self.draft + torch.tensor(self.verify[:k + 1],
+                                                              dtype=torch.float64))
         m = k - int(rate.flip(0).argmax())             # the longest of equal best rates
         return m, float(rate[m])
 

@@ -87,6 +87,7 @@ def test_method_names_are_checked():
     assert methods.parse("dflash:8/p0.3/cost") == M("dflash", 8, None, 0.3, cost=True)
     assert methods.parse("ar:8/p0.25@d") == M("ar", 8, "d", 0.25, cost=False)
     assert methods.parse("tree:16/n24/top4") == M("tree", 16, None, None, 24, 4)
+    assert methods.parse("tree:8/n15/top2/cost") == M("tree", 8, None, None, 15, 2, cost=True)
     assert methods.parse("plain") == M("plain", 1)
     assert methods.parse("dflash:8/cost/trust0.3") == M("dflash", 8, None, 0.0, cost=True,
                                                         trust=0.3)
@@ -94,7 +95,8 @@ def test_method_names_are_checked():
                      ("dflash:8/trust0.3", "add /cost"),
                      ("dflash:8/q3", "not pP"), ("tree:16/n24", "node budget and candidates"),
                      ("plain/p0.3", "for dflash and ar"), ("dflash:8/n4", "are for tree"),
-                     ("tree:16/n24/top4/cost", "/cost \\(the cost model\\) is for"),
+                     ("plain/cost", "/cost \\(the cost model\\) is for"),
+                     ("tree:8/n15/top2/cost/trust0.2", "not a tree's"),
                      ("dflash:x", "not a number")):
         with pytest.raises(ValueError, match=why):
             methods.parse(bad)

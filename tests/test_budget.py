@@ -73,3 +73,21 @@ def test_cost_writes_a_saved_curve_into_the_drafters_files(tmp_path):
     assert {c.trust_weight for c in load_drafter(tmp_path / "d", target=target).costs.values()} == {0.2}
     with pytest.raises(ValueError, match="not a drafter folder"):
         budget.write_cost(tmp_path, loaded.costs)
+
+
+def test_curve_of_a_published_shape_with_random_weights(tmp_path, monkeypatch):
+    """--shape builds the target and drafter from shapes alone (here a small stand-in for
+    Qwen3-8B's, in bf16) and measures passes up to --max-k tokens and one draft of its block."""
+    small = dict(budget.QWEN3_8B, vocab_size=512, hidden_size=64, intermediate_size=128,
+                 num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+    monkeypatch.setitem(budget.SHAPES, "small", (small, dict(
+        num_hidden_layers=2, target_layer_ids=[1, 3, 5], block_size=4, mask_token_id=511)))
+    out = tmp_path / "curve.json"
+    budget.main(["curve", "--shape", "small", "--dtype", "bfloat16", "--threads", "1",
+                 "--max-k", "6", "--context", "32", "--json", str(out)])
+    saved = json.loads(out.read_text())
+    assert saved["target"] == "small, random weights" and saved["dtype"] == "bfloat16"
+    assert len(saved["threads"]["1"]["verify_ms"]) == 6 and saved["threads"]["1"]["draft_ms"] > 0
+    assert saved["threads"]["1"]["in_decode_steps"][0] == 1.0 and out.with_suffix(".png").exists()
+    with pytest.raises(SystemExit):
+        budget.main(["curve", "--shape", "small", "--target", "x"])

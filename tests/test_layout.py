@@ -10,7 +10,8 @@ PKG = Path(__file__).resolve().parent.parent / "minidflash"
 MAX_LINES = 500
 # Each core module and the core modules it may import (directly or lazily).
 LAYERS = ["config", "mask", "hub", "verify_cost", "kernel", "attention", "target", "drafter",
-          "ar_drafter", "batch", "verifier", "tree", "train_data", "train_start", "trainer"]
+          "ar_drafter", "batch", "decoding", "tree", "verifier", "train_data", "train_start",
+          "trainer"]
 
 
 def imports_of(path: Path, pkg: str | None = None) -> list[tuple[str, list[str]]]:

@@ -6,7 +6,7 @@ prompt of three evaluation suites (math, code, prose; their dev parts), greedy, 
 
 * the target is the model it should be (shape, stop and mask tokens, a correct short answer);
 * DFlash with the shipped drafter gives token for token what plain decoding gives, its whole
-  block verified and with its files' defaults (decoding.json: the cost model, verify_cost.py);
+  block verified and with its files' defaults (decoding.json: a tree sized by the cost model);
 * the drafter, its whole block verified, reaches the tau recorded with it (``data/smollm2_drafter/expected_tau.json``;
   ``python -m tests.test_smollm2`` records it again after a retraining).
 """
@@ -41,7 +41,7 @@ def decode_prompts():
                 row = json.loads(f.readlines()[index])
             ids = chat_ids(tokenizer, row["messages"])
             # plain; the drafter's whole block verified (its tau is the drafter's); and what a
-            # plain call does with the drafter's files (decoding.json: the cost model)
+            # plain call does with the drafter's files (decoding.json: a tree and the cost model)
             runs[f"{suite}[{index}]"] = tuple(
                 speculative_generate(target, d, ids, MAX_NEW_TOKENS, block_size=b,
                                      stop_token_ids=stop_ids(tokenizer), **kw)

@@ -20,10 +20,11 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 import minidflash.tree as tree_mod
 from minidflash import batch as ragged
-from minidflash.drafter import DFlashDrafter, target_features
+from minidflash.drafter import DFlashDrafter, load_drafter, target_features
 from minidflash.tree import (accept_tree, build_tree, keep_columns, tree_attention_mask,
                              tree_generate)
 from minidflash.verifier import cache_kwargs, speculative_generate
+from minidflash.verify_cost import VerifyCost
 from tests import helpers
 from tests.helpers import random_drafter, tiny_target
 
@@ -296,6 +297,75 @@ def test_drafter_context_is_the_committed_features():
         torch.testing.assert_close(hidden[0], features[0, start - a:start], atol=1e-4, rtol=0)
 
 
+STEEP = VerifyCost((1.0, 1.9, 2.3, 1.8, 2.0, 2.0, 2.1, 2.2, 2.2, 2.3, 2.4, 2.4), draft=0.2,
+                   max_skip=4)                                                # a CPU's shape
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_greedy_identical_with_the_cost_model(seed):
+    """Each step verifies the n best nodes the cost curve pays for (0: a plain step) and skips the
+    drafter after steps that did not pay: still plain decoding's output, and each skipped stretch
+    reaches the drafter's next call as the features of every token committed meanwhile."""
+    rng = random.Random(300 + seed)
+    target = tiny_target(seed, vocab=89, layers=3)
+    ids = torch.randint(0, 88, (1, rng.randint(2, 12)))
+    n = rng.randint(40, 80)
+    ref = plain_greedy(target, ids, n)
+    padded = torch.cat([ref, torch.zeros(1, 32, dtype=torch.long)], 1)
+    base = random_drafter(target, seed)
+    flat = VerifyCost((1.0,) * 16, draft=0.0)
+    sizes = {}
+    for cost, p_first in [(STEEP, 0.3), (STEEP, 0.8), (flat, 0.5)]:
+        drafter = BoostedDrafter(base, padded, p_first, 0.2, seed)
+        out = tree_generate(target, drafter, ids, n, block_size=8, node_budget=11, top_k=3,
+                            cost=cost)
+        assert torch.equal(out.output_ids, ref), (cost, p_first)
+        assert len(drafter.calls) <= len(out.acceptance_lengths)
+        for start, hidden, cached in drafter.calls:
+            assert hidden.shape[1] == start - cached        # nothing lost, nothing fed twice
+        sizes[cost is flat, p_first] = (set(out.verified), len(drafter.calls),
+                                        len(out.acceptance_lengths))
+    assert sizes[True, 0.5][0] == {11}                       # a free verify takes every node
+    assert 0 in sizes[False, 0.3][0] and sizes[False, 0.3][1] < sizes[False, 0.3][2]   # skips
+    assert len(sizes[False, 0.8][0] - {0, 11}) > 0          # and trees of the sizes between
+
+
+def test_a_drafters_default_tree_is_what_a_plain_call_verifies(tmp_path):
+    """decoding.json's "tree" makes speculative_generate verify that tree when the call asks for
+    nothing the chain alone has; tree=False, a block size, the cut or recorded steps give the
+    chain; a batch refuses a tree; the setting survives save and load, a bad one is refused."""
+    target = tiny_target(5, vocab=89, layers=3)
+    ids = torch.randint(0, 88, (1, 6))
+    ref = plain_greedy(target, ids, 50)
+    padded = torch.cat([ref, torch.zeros(1, 32, dtype=torch.long)], 1)
+    base = random_drafter(target, 5, block_size=8)
+    boosted = lambda: BoostedDrafter(base, padded, 0.5, 0.4, 3)           # the same draws each
+    drafter = boosted()
+    drafter.tree = {"node_budget": 12, "top_k": 3}
+    default = speculative_generate(target, drafter, ids, 50)
+    want = tree_generate(target, boosted(), ids, 50, node_budget=12, top_k=3)
+    chain = speculative_generate(target, boosted(), ids, 50)
+    assert torch.equal(default.output_ids, ref) and torch.equal(want.output_ids, ref)
+    assert default.acceptance_lengths == want.acceptance_lengths != chain.acceptance_lengths
+    for kwargs in ({"tree": False}, {"block_size": 8}, {"p_min": 0.0}, {"record_steps": True}):
+        drafter = boosted()
+        drafter.tree = {"node_budget": 12, "top_k": 3}
+        out = speculative_generate(target, drafter, ids, 50, **kwargs)
+        assert out.acceptance_lengths == chain.acceptance_lengths, kwargs
+    for kwargs, match in [({"tree": True, "p_min": 0.3}, "the chain's"),
+                          ({"tree": True, "attention_mask": torch.ones_like(ids)}, "one sequence"),
+                          ({"tree": {"node_budget": 0, "top_k": 2}}, "integers >= 1")]:
+        with pytest.raises(ValueError, match=match):
+            speculative_generate(target, drafter, ids, 5, **kwargs)
+    with pytest.raises(ValueError, match="has none"):
+        speculative_generate(target, base, ids, 5, tree=True)
+    drafter.save_pretrained(tmp_path / "d")
+    assert load_drafter(tmp_path / "d").tree == {"node_budget": 12, "top_k": 3}
+    (tmp_path / "d" / "decoding.json").write_text('{"tree": {"node_budget": 8}}')
+    with pytest.raises(ValueError, match="decoding.json.*default tree"):
+        load_drafter(tmp_path / "d")
+
+
 def test_refuses_bad_arguments():
     target = tiny_target(0, vocab=61, layers=2)
     drafter = random_drafter(target, 0, block_size=8)
@@ -328,16 +398,19 @@ def sampling_setup():
     return target, drafter, ids, helpers.exact_stopped_distribution(target, ids, V, N_STOP, STOP, TEMP)
 
 
-def sampled_pvalue(target, drafter, ids, probs, n=1500):
+def sampled_pvalue(target, drafter, ids, probs, n=1500, cost=None, sizes=None):
     """Chi-square p-value of n tree_generate outputs (B = 3, a 5-node tree of top-2 lists) against
-    the exact distribution; outcomes expected fewer than 5 times are pooled into one bin."""
+    the exact distribution; outcomes expected fewer than 5 times are pooled into one bin. With a
+    cost, the trees' sizes go into ``sizes``."""
     gen, counts, accepted = torch.Generator().manual_seed(0), {}, 0
     for _ in range(n):
         out = tree_generate(target, drafter, ids, N_STOP, block_size=3, node_budget=5, top_k=2,
-                            temperature=TEMP, stop_token_ids=[STOP], generator=gen)
+                            temperature=TEMP, stop_token_ids=[STOP], generator=gen, cost=cost)
         key = tuple(out.new_ids.tolist())
         counts[key] = counts.get(key, 0) + 1
         accepted += sum(out.drafted)
+        if sizes is not None:
+            sizes.update(out.verified)
     assert set(counts) <= set(probs), f"impossible outputs: {sorted(set(counts) - set(probs))[:5]}"
     assert accepted > n / 2                     # drafted tokens were accepted, paths walked
     big = [k for k in probs if probs[k] * n >= 5]
@@ -352,6 +425,16 @@ def test_sampling_matches_target_distribution(sampling_setup):
     early = sum(p for k, p in probs.items() if len(k) < N_STOP)
     assert abs(sum(probs.values()) - 1) < 1e-9 and 0.3 < early < 0.7
     assert sampled_pvalue(target, drafter, ids, probs) > 1e-3
+
+
+def test_sampling_with_the_cost_model_matches_target_distribution(sampling_setup):
+    """T = 1 with a cost curve under which trees of 0 to 5 nodes are verified and some steps skip
+    the drafter: the size depends on the drafter only, so the outputs stay the target's."""
+    target, drafter, ids, probs = sampling_setup
+    sizes = set()
+    cost = VerifyCost((1.0, 1.3, 1.5, 1.6, 1.7, 1.8), draft=0.05, max_skip=1)
+    assert sampled_pvalue(target, drafter, ids, probs, cost=cost, sizes=sizes) > 1e-3
+    assert len(sizes) >= 3 and 0 in sizes
 
 
 def wrong_accept_tree(tokens, parents, logits, temperature=0.0, generator=None):

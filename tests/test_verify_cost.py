@@ -50,6 +50,23 @@ def test_best_length_is_the_best_rate_by_brute_force():
     assert STEEP.best_length(torch.full((7,), 0.3))[0] == 0      # nothing pays: a plain step
 
 
+def test_best_count_is_the_best_rate_by_brute_force():
+    """A tree's nodes best first, p their chances: n maximises (1 + p_1 + ... + p_n) over the
+    cost of n drafts; a chain's q gives the same as best_length through its products."""
+    rng = random.Random(1)
+    for _ in range(300):
+        p = sorted((rng.random() ** 2 for _ in range(rng.randint(1, 20))), reverse=True)
+        verify = (1.0, *sorted(1 + rng.random() * 3 for _ in range(rng.randint(1, 16))))
+        cost = VerifyCost(verify, draft=rng.random() * 0.5)
+        rates = [(1 + sum(p[:n])) / (cost.draft + verify[n])
+                 for n in range(min(len(p), len(verify) - 1) + 1)]
+        n, rate = cost.best_count(torch.tensor(p))
+        assert rate == pytest.approx(max(rates)) and rates[n] == pytest.approx(max(rates))
+        assert all(r < max(rates) - 1e-12 for r in rates[n + 1:])          # ties: the longer
+        q = torch.tensor([rng.random() for _ in range(rng.randint(1, 15))])
+        assert cost.best_length(q) == cost.best_count(q.double().cumprod(0))
+
+
 def test_skips_double_while_drafts_do_not_pay_and_reset_when_one_does():
     cost = VerifyCost((1.0, 2.0), draft=0.1, max_skip=8)
     skip, seen = 0, []

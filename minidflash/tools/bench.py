@@ -30,10 +30,11 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from ..decoding import cache_kwargs, clock, crop_cache
 from ..config import TINY_DRAFTER_DIR, TINY_TARGET_DIR, repo_relative
 from ..drafter import load_drafter
 from ..target import chat_ids, load_target, stop_ids
-from ..verifier import cache_kwargs, clock, crop_cache, speculative_generate
+from ..verifier import speculative_generate
 from . import corpus
 from .metrics import correct, repeated_4gram_share
 

@@ -12,9 +12,13 @@ every drafted token the target checks is paid for. Two measurements size the bud
   and whether the target accepted it, and compare: among slots reached (all earlier slots
   accepted) with q_j in a bin, the share the target accepted. The confidence cut
   (``speculative_generate(p_min=...)``) is only as good as this agreement.
+* ``curve --shape qwen3-8b --device cuda --dtype bfloat16``: the same for Qwen/Qwen3-8B and a
+  drafter shaped as z-lab/Qwen3-8B-DFlash-b16 (5 layers, B = 16), built with random weights: a
+  pass's time depends on the shapes, not on the weights' values; on a GPU, the paper's regime.
 * ``cost --from CURVE.json --drafter DIR``: write a measured curve into the drafter's
   ``decoding.json`` (one curve per thread count) as its default cost model (verify_cost.py;
-  ``--trust-weight W``: with the running correction of q).
+  ``--trust-weight W``: with the running correction of q; ``--tree N K``: a tree of the N best
+  nodes over the per-slot top K verified by default, sized by that curve).
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
-from ..drafter import load_drafter
+from ..decoding import cache_kwargs, crop_cache
+from ..drafter import check_tree, load_drafter
 from ..target import chat_ids, load_target, stop_ids
-from ..verifier import cache_kwargs, crop_cache, speculative_generate
+from ..verifier import speculative_generate
 from ..verify_cost import VerifyCost, costs_to_dict
 from . import corpus
 from .bench import median_ms, take_turns
@@ -37,27 +42,55 @@ from .bench import median_ms, take_turns
 BINS = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
 
 
+# Qwen/Qwen3-8B's config.json (DFLASH_SPEC section 5 gives its drafter's: 5 layers reading
+# target layers 1, 9, 17, 25, 33, block 16).
+QWEN3_8B = dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+                num_attention_heads=32, num_key_value_heads=8, head_dim=128, rms_norm_eps=1e-6,
+                rope_theta=1e6, max_position_embeddings=40960, tie_word_embeddings=False)
+SHAPES = {"qwen3-8b": (QWEN3_8B, dict(num_hidden_layers=5, target_layer_ids=[1, 9, 17, 25, 33],
+                                      block_size=16, mask_token_id=151669))}
+
+
+def random_pair(shape: str, device: str, dtype: torch.dtype):
+    """(target, drafter) of a published shape with random weights, built on the device."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from ..drafter import DFlashDrafter, make_drafter_config
+    target_fields, drafter_fields = SHAPES[shape]
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            target = Qwen3ForCausalLM(Qwen3Config(**target_fields)).eval().requires_grad_(False)
+            drafter = DFlashDrafter(make_drafter_config(target.config, **drafter_fields))
+    finally:
+        torch.set_default_dtype(torch.float32)
+    return target, drafter.eval().requires_grad_(False)
+
+
 @torch.inference_mode()
 def verify_curve(target, drafter, context: int = 256, max_k: int = 16, repeats: int = 10) -> dict:
     """Median ms of a target pass over k = 1..max_k tokens after `context` cached tokens (with the
-    hidden states the drafter reads), and of one drafter call for a block of max_k."""
-    ids = torch.randint(0, 200, (1, context + max_k))
+    hidden states the drafter reads), and of one drafter call for its block size (at most
+    max_k), on the target's device."""
+    device = target.device
+    ids = torch.randint(0, 200, (1, context + max_k), device=device)
     cache = DynamicCache()
     target(input_ids=ids[:, :context], **cache_kwargs(target, cache))
     ms = []
     for k in range(1, max_k + 1):
-        pos = torch.arange(context, context + k)[None]
+        pos = torch.arange(context, context + k, device=device)[None]
 
         def verify():
             target(input_ids=ids[:, context:context + k], position_ids=pos,
                    **cache_kwargs(target, cache), output_hidden_states=True)
             crop_cache(cache, context)
-        ms.append(median_ms(verify, repeats))
-    hidden = torch.randn(1, context, len(drafter.target_layer_ids) * target.config.hidden_size)
-    dcache = drafter.new_cache()
-    drafter.draft(target, ids[:, context - 1], hidden, context, dcache, drafter.block_size)
+        ms.append(median_ms(verify, repeats, device))
+    hidden = torch.randn(1, context, len(drafter.target_layer_ids) * target.config.hidden_size,
+                         device=device, dtype=target.dtype)
+    dcache, B = drafter.new_cache(), min(drafter.block_size, max_k)
+    drafter.draft(target, ids[:, context - 1], hidden, context, dcache, B)
     draft = median_ms(lambda: drafter.draft(target, ids[:, context - 1], hidden[:, :0], context,
-                                            dcache, drafter.block_size), repeats)
+                                            dcache, B), repeats, device)
     return {"verify_ms": ms, "draft_ms": draft}
 
 
@@ -81,14 +114,17 @@ def costs_of(curve: dict, max_skip: int = 8, trust_weight: float = 0.0) -> dict[
             for t, c in curve["threads"].items()}
 
 
-def write_cost(drafter_dir, costs: dict[int, VerifyCost]) -> dict:
-    """Put ``costs`` into drafter_dir/decoding.json, keeping its other settings; atomically."""
+def write_cost(drafter_dir, costs: dict[int, VerifyCost], tree: dict | None = None) -> dict:
+    """Put ``costs`` (and a default tree, when given) into drafter_dir/decoding.json, keeping its
+    other settings; atomically."""
     path = Path(drafter_dir) / "decoding.json"
     if not (Path(drafter_dir) / "config.json").is_file():
         raise ValueError(f"{drafter_dir} is not a drafter folder (no config.json): give the "
                          f"local folder the cost model should ship in.")
     decoding = json.loads(path.read_text()) if path.is_file() else {}
     decoding["cost"] = costs_to_dict(costs)
+    if tree:
+        decoding["tree"] = check_tree(tree)
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(decoding) + "\n")
     tmp.replace(path)
@@ -141,7 +177,8 @@ def plot_curve(results: dict, path: Path) -> None:
     ax = fig.subplots()
     for t, c in results["threads"].items():
         ks = range(1, len(c["in_decode_steps"]) + 1)
-        ax.plot(ks, c["in_decode_steps"], "o-", label=f"{t} thread{'s' if t != '1' else ''}")
+        ax.plot(ks, c["in_decode_steps"], "o-", label=results.get("device")
+                or f"{t} thread{'s' if t != '1' else ''}")
     ax.axhline(1.0, color="k", lw=0.8, ls=":")
     ax.set(xlabel="tokens in the target pass (k)", ylabel="t(k) / t(1)",
            title=f"verify cost, {results['target'].split('/')[-1]}, context {results['context']}")
@@ -182,11 +219,21 @@ def main(argv=None) -> dict:
     p.add_argument("--from", dest="curve", default=None, help="cost: a saved curve's JSON")
     p.add_argument("--trust-weight", type=float, default=0.0,
                    help="cost: the running correction of the drafter's q (VerifyCost.trust_weight)")
+    p.add_argument("--tree", type=int, nargs=2, metavar=("NODES", "TOP_K"), default=None,
+                   help="cost: also make a tree of drafts the default (tree.py): its node budget "
+                        "and candidates per slot")
     p.add_argument("--target", default=None)
     p.add_argument("--drafter", default=None)
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2],
                    help="curve: thread counts, taking turns; calibration: the first")
     p.add_argument("--context", type=int, default=256, help="curve: cached tokens before the pass")
+    p.add_argument("--max-k", type=int, default=16, help="curve: the longest pass, in tokens")
+    p.add_argument("--shape", choices=sorted(SHAPES), default=None,
+                   help="curve: a published target and drafter shape with random weights "
+                        "instead of --target / --drafter")
+    p.add_argument("--device", default="cpu", help="curve with --shape: where to build it")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="curve with --shape: the weights' dtype")
     p.add_argument("--suites", nargs="+", default=["arithmetic", "code"])
     p.add_argument("--split", choices=corpus.SPLITS, default="test")
     p.add_argument("--n", type=int, default=10, help="calibration: prompts per suite")
@@ -200,20 +247,37 @@ def main(argv=None) -> dict:
         if not (a.curve and a.drafter):
             p.error("cost needs --from CURVE.json (from `budget curve --json`) and --drafter DIR")
         curve = json.loads(Path(a.curve).read_text())
-        decoding = write_cost(a.drafter, costs_of(curve, trust_weight=a.trust_weight))
+        tree = dict(node_budget=a.tree[0], top_k=a.tree[1]) if a.tree else None
+        try:
+            decoding = write_cost(a.drafter, costs_of(curve, trust_weight=a.trust_weight), tree)
+        except ValueError as e:
+            p.error(str(e))
         print(f"{a.drafter}/decoding.json: {json.dumps(decoding)[:200]}")
         return decoding
+    if a.shape and (a.what != "curve" or a.target or a.drafter):
+        p.error("--shape builds a random target and drafter for `curve`; drop --target/--drafter")
+    if a.max_k < 2:
+        p.error("--max-k: a curve needs passes of at least 1 and 2 tokens")
     torch.manual_seed(0)
-    target, tokenizer = load_target(a.target)
-    drafter = load_drafter(a.drafter, target=target)
+    if a.shape:
+        target, drafter = random_pair(a.shape, a.device, getattr(torch, a.dtype))
+        tokenizer = None
+    else:
+        target, tokenizer = load_target(a.target)
+        drafter = load_drafter(a.drafter, target=target)
     command = "python -m minidflash budget " + " ".join(sys.argv[1:] if argv is None else argv)
-    results = {"command": command, "target": a.target or "data/target",
-               "drafter": a.drafter or "data/drafter"}
+    results = {"command": command,
+               "target": a.target or (f"{a.shape}, random weights" if a.shape else "data/target"),
+               "drafter": a.drafter or ("its drafter's shape, random weights" if a.shape
+                                        else "data/drafter")}
     if a.what == "curve":
-        results.update(context=a.context, threads=curve_by_threads(target, drafter, a.threads,
-                                                                   context=a.context))
+        if a.shape:
+            results.update(device=(torch.cuda.get_device_name() if target.device.type == "cuda"
+                                   else "cpu"), dtype=a.dtype)
+        results.update(context=a.context, threads=curve_by_threads(
+            target, drafter, a.threads, context=a.context, max_k=a.max_k))
         for t, c in results["threads"].items():
-            print(f"{t} thread(s): t(k)/t(1) for k = 1..16: "
+            print(f"{t} thread(s): t(k)/t(1) for k = 1..{a.max_k}: "
                   + " ".join(f"{x:.2f}" for x in c["in_decode_steps"])
                   + f"  (t(1) {c['verify_ms'][0]:.1f} ms, draft {c['draft_ms']:.1f} ms)")
         plot = plot_curve

@@ -4,7 +4,8 @@ The paper's comparison (DFlash against EAGLE-3) plus what a user has without tra
 
     plain          speculative_generate with block size 1 (the baseline of every ratio)
     dflash         the DFlash drafter with speculative_generate's defaults (the drafter's block
-                   size and its decoding.json cut): what a user gets by calling it plainly
+                   size and its decoding.json: a cut, a cost model, a tree): what a user gets
+                   by calling it plainly
     dflash:B       the DFlash drafter, block size B (B-1 tokens drafted in ONE pass), all verified
     dflash:B/pP    the same, with the confidence cut at P: only the leading drafts the drafter
                    gives probability >= P are verified (verify_cost.confident_prefix)
@@ -15,7 +16,7 @@ The paper's comparison (DFlash against EAGLE-3) plus what a user has without tra
                    verified as a block of k+1 by the same loop
     ar:k/pP        the same with the cut: its chain stops at its first token below P
     tree:B/nN/topK a tree of N drafted nodes from the block's per-slot top-K (tree.py), verified
-                   in one target pass
+                   in one target pass (/cost: the n <= N best nodes that pay on the cost curve)
     lookup:k       transformers' prompt-lookup decoding, ``generate(prompt_lookup_num_tokens=k)``
     generate       transformers' plain greedy ``generate()``
 
@@ -42,10 +43,11 @@ import torch
 from tqdm.auto import tqdm
 
 from ..ar_drafter import ARDrafter, load_ar_drafter, make_ar_config
+from ..decoding import clock, crop_cache
 from ..config import TINY_AR_DRAFTER_DIR
 from ..drafter import DFlashDrafter, load_drafter, make_drafter_config
 from ..target import chat_ids, stop_ids
-from ..verifier import clock, crop_cache, speculative_generate
+from ..verifier import speculative_generate
 from ..verify_cost import for_threads
 from .metrics import LOOPING, correct, repeated_4gram_share
 
@@ -91,9 +93,12 @@ def parse(spec: str) -> Method:
                              f"model's correction of q)") from None
     if "trust" in values and "cost" not in values:
         raise ValueError(f"method {spec!r}: /trustW corrects the cost model's q; add /cost")
-    for key, what in (("p", "/pP (the confidence cut)"), ("cost", "/cost (the cost model)")):
-        if key in values and kind not in ("dflash", "ar"):
-            raise ValueError(f"method {spec!r}: {what} is for dflash and ar")
+    if "trust" in values and kind == "tree":
+        raise ValueError(f"method {spec!r}: /trustW corrects a chain's q, not a tree's")
+    if "p" in values and kind not in ("dflash", "ar"):
+        raise ValueError(f"method {spec!r}: /pP (the confidence cut) is for dflash and ar")
+    if "cost" in values and kind not in ("dflash", "ar", "tree"):
+        raise ValueError(f"method {spec!r}: /cost (the cost model) is for dflash, ar and tree")
     if kind == "tree" and not {"n", "top"} <= set(values):
         raise ValueError(f"method {spec!r}: a tree needs its node budget and candidates, e.g. "
                          f"tree:16/n24/top4")
@@ -137,16 +142,17 @@ def _generate(target, ids, max_new_tokens, stops, lookup: int | None):
 
 def decode(target, drafter, ids, max_new_tokens, stops, m: Method):
     """One greedy decode with method m (not lookup or generate): a GenerationResult."""
+    cost = m.cost
+    if cost and not getattr(drafter, "costs", None):
+        raise ValueError(f"method {m.kind}:{m.k}/cost needs a drafter whose decoding.json "
+                         f"carries a cost curve (`python -m minidflash budget curve`).")
     if m.kind == "tree":
         from ..tree import tree_generate
         return tree_generate(target, drafter, ids, max_new_tokens, block_size=m.k,
-                             node_budget=m.nodes, top_k=m.top_k, stop_token_ids=stops)
+                             node_budget=m.nodes, top_k=m.top_k, stop_token_ids=stops,
+                             cost=for_threads(drafter.costs) if cost else None)
     B = 1 if m.kind == "plain" else (m.k if m.kind == "dflash" else m.k + 1)
-    cost = m.cost
     if cost:
-        if not getattr(drafter, "costs", None):
-            raise ValueError(f"method {m.kind}:{m.k}/cost needs a drafter whose decoding.json "
-                             f"carries a cost curve (`python -m minidflash budget curve`).")
         cost = None                                  # the drafter's, for this thread count
         if m.trust is not None:
             cost = replace(for_threads(drafter.costs), trust_weight=m.trust)
