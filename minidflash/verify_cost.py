@@ -8,10 +8,12 @@ slot j, and the slots treated as independent, verifying d_1..d_m commits on aver
     E(m) = 1 + q_1 + q_1 q_2 + ... + q_1 q_2 ... q_m            tokens (the 1: the target's own)
 
 for a step that costs  draft + t(m + 1),  all in units of one plain decode step t(1). The step
-verifies the m with the most expected tokens per unit of time. Plain decoding makes 1 token per
-unit; when no m beats that, drafting did not pay here, so the next steps skip the drafter and are
-plain decode steps (m = 0, no draft), one step after the first loss, then 2, 4, ... up to
-``max_skip`` while the losses go on, back to drafting every step after a step that pays.
+verifies the m with the most expected tokens per unit of time (``best_count`` does the same for
+a tree's nodes, tree.py: the sum runs over their paths' products of q, best first). Plain
+decoding makes 1 token per unit; when no m beats that, drafting did not pay here, so the next
+steps skip the drafter and are plain decode steps (m = 0, no draft), one step after the first
+loss, then 2, 4, ... up to ``max_skip`` while the losses go on, back to drafting every step after
+a step that pays.
 
 The q_j are only as good as the drafter's calibration, which differs by kind of text (notebook
 13's figure: under-confident on arithmetic, over-confident on chat). ``trust_weight`` > 0 corrects
