@@ -62,7 +62,7 @@ from .hub import snapshot
 from .verify_cost import VerifyCost, costs_from_dict, costs_to_dict
 
 DRAFT_VOCAB_FILE = "draft_vocab.json"     # optional, beside the published config + weights
-DECODING_FILE = "decoding.json"   # optional: {"p_min", "cost", "tree"}: how a step spends its verify
+DECODING_FILE = "decoding.json"   # optional: {"p_min", "cost", "tree"}: how a step spends a verify
 
 
 def default_target_layer_ids(num_target_layers: int, num_features: int) -> list[int]:
