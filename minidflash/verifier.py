@@ -117,14 +117,14 @@ def _budget(drafter, block_size, p_min, cost):
 
 def _tree(drafter, block_size, p_min, record_steps, tree):
     """The tree a call verifies, or None for the chain (see speculative_generate's tree)."""
-    if tree is None and (p_min is not None or record_steps or block_size is not None):
-        return None                          # the call chose the chain's block, cut or record
-    if tree is None or tree is True:
-        default = getattr(drafter, "tree", None)
-        if tree is True and not default:
+    if tree is None:                         # the default, unless the chain's options are set
+        chain = p_min is not None or record_steps or block_size is not None
+        tree = None if chain else getattr(drafter, "tree", None)
+    elif tree is True:
+        tree = getattr(drafter, "tree", None)
+        if not tree:
             raise ValueError("tree=True takes the drafter's default tree, and its decoding.json "
                              "has none: pass {'node_budget': n, 'top_k': k}.")
-        tree = default
     if tree and (p_min or record_steps or block_size == 1):
         raise ValueError("p_min, record_steps and block_size=1 are the chain's: pass tree=False "
                          "with them.")

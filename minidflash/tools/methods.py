@@ -43,8 +43,8 @@ import torch
 from tqdm.auto import tqdm
 
 from ..ar_drafter import ARDrafter, load_ar_drafter, make_ar_config
-from ..decoding import clock, crop_cache
 from ..config import TINY_AR_DRAFTER_DIR
+from ..decoding import clock, crop_cache
 from ..drafter import DFlashDrafter, load_drafter, make_drafter_config
 from ..target import chat_ids, stop_ids
 from ..verifier import speculative_generate
