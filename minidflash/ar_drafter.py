@@ -237,9 +237,14 @@ class ARDrafter(nn.Module):
         tmp.replace(out)
 
 
-def load_ar_drafter(path, target=None, dtype=torch.float32, device="cpu") -> ARDrafter:
-    """Load an AR drafter written by ``ARDrafter.save_pretrained``."""
+def load_ar_drafter(path, target=None, dtype=None, device=None) -> ARDrafter:
+    """Load an AR drafter written by ``ARDrafter.save_pretrained``; dtype and device: None takes
+    the target's (fp32 and the CPU without a target)."""
     from safetensors.torch import load_file
+
+    like = next(target.parameters()) if target is not None else None
+    dtype = dtype or (like.dtype if like is not None else torch.float32)
+    device = device or (like.device if like is not None else "cpu")
 
     path = Path(path)
     if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():

@@ -59,6 +59,7 @@ from transformers.models.qwen3.modeling_qwen3 import (Qwen3MLP, Qwen3RMSNorm,
 from .attention import attend, check_backend, default_backend
 from .config import PAPER, TINY_DRAFTER_DIR
 from .hub import snapshot
+from .settings import check_tree
 from .verify_cost import VerifyCost, costs_from_dict, costs_to_dict
 
 DRAFT_VOCAB_FILE = "draft_vocab.json"     # optional, beside the published config + weights
@@ -214,8 +215,8 @@ class DFlashDrafter(nn.Module):
         self._head_rows = None  # (weakref to lm_head weight, its version, vocab, rows): the slice
         # the confidence cut speculative_generate applies by default (decoding.json; 0: none)
         self.p_min = 0.0
-        # verify lengths by measured cost (verify_cost.py): curves by thread count (0: any)
-        self.costs: dict[int, VerifyCost] | None = None
+        # verify lengths by measured cost (verify_cost.py): curves by (dtype, thread count)
+        self.costs: dict[tuple[str | None, int], VerifyCost] | None = None
         # verify a tree of drafts by default (tree.py): {"node_budget": n, "top_k": k}, or None
         self.tree: dict | None = None
         self.apply(self._init_weights)
@@ -245,6 +246,7 @@ class DFlashDrafter(nn.Module):
         """The target's lm_head on drafter states h (..., H): (..., V), or (..., K) over the draft
         vocabulary when one is set (index i is token ``draft_vocab[i]``)."""
         head = target.get_output_embeddings()
+        h = h.to(head.weight.dtype)                  # a drafter may run in another dtype
         if self.draft_vocab is None:
             return head(h)
         bias = None if head.bias is None else head.bias[self.draft_vocab]
@@ -252,6 +254,7 @@ class DFlashDrafter(nn.Module):
             return nn.functional.linear(h, head.weight[self.draft_vocab], bias)
         w, version, vocab, rows = self._head_rows or (lambda: None, None, None, None)
         if (w() is not head.weight or version != head.weight._version or vocab is not self.draft_vocab
+                or rows.dtype != head.weight.dtype or rows.device != head.weight.device
                 or (rows.is_inference() and not torch.is_inference_mode_enabled())):
             rows = head.weight.detach().index_select(0, self.draft_vocab)     # (K, H), once
             self._head_rows = (weakref.ref(head.weight), head.weight._version, self.draft_vocab, rows)
@@ -277,6 +280,8 @@ class DFlashDrafter(nn.Module):
                          holes (verifier.speculative_generate_batch), or None: all visible
         returns          (N, Q, H); apply the target's lm_head for logits.
         """
+        dtype = self.fc.weight.dtype          # the target's features may come in another dtype
+        noise_embedding, target_hidden = noise_embedding.to(dtype), target_hidden.to(dtype)
         c = self.hidden_norm(self.fc(target_hidden))                           # (N, C, H)
         cos, sin = self.rotary_emb(noise_embedding, position_ids)              # (N, C+Q, D)
         x = noise_embedding
@@ -388,15 +393,19 @@ class DFlashDrafter(nn.Module):
         tmp.replace(out)
 
 
-def load_drafter(name_or_path=None, target=None, dtype=torch.float32, device="cpu",
+def load_drafter(name_or_path=None, target=None, dtype=None, device=None,
                  backend: str | None = None, draft_vocab: bool = True) -> DFlashDrafter:
     """Load a drafter in the published format; None is the shipped tiny drafter.
 
-    With a target, checks that the drafter fits it (hidden size, vocabulary, layer ids).
+    With a target, checks that the drafter fits it (hidden size, vocabulary, layer ids). dtype,
+    device: None takes the target's (without one fp32 on the CPU).
     backend: the attention backend, "sdpa" or "triton" (None: default_backend(device), which is
     SDPA for inference). draft_vocab: read draft_vocab.json when the folder has one (False
     ignores it and drafts over the full vocabulary, as an engine that does not know the file).
     """
+    like = next(target.parameters()) if target is not None else None
+    dtype = dtype or (like.dtype if like is not None else torch.float32)
+    device = device or (like.device if like is not None else "cpu")
     backend = check_backend(backend or default_backend(device))
     from safetensors.torch import load_file
 
@@ -445,28 +454,14 @@ def load_drafter(name_or_path=None, target=None, dtype=torch.float32, device="cp
             raise ValueError(f"{path / DECODING_FILE}: p_min must be a number in [0, 1), got "
                              f"{p_min!r} (0 verifies every drafted token).")
         drafter.p_min = float(p_min)
-        if "cost" in decoding:
-            try:
-                drafter.costs = costs_from_dict(decoding["cost"])
-            except ValueError as e:
-                raise ValueError(f"{path / DECODING_FILE}: {e}") from e
-        if "tree" in decoding:
-            try:
-                drafter.tree = check_tree(decoding["tree"])
-            except ValueError as e:
-                raise ValueError(f"{path / DECODING_FILE}: {e}") from e
+        try:
+            drafter.costs = costs_from_dict(decoding["cost"]) if "cost" in decoding else None
+            drafter.tree = check_tree(decoding["tree"]) if "tree" in decoding else None
+        except ValueError as e:
+            raise ValueError(f"{path / DECODING_FILE}: {e}") from e
     if target is not None:
         check_fits(drafter, target)
     return drafter
-
-
-def check_tree(tree) -> dict:
-    """A default tree as decoding.json holds it: {"node_budget": n >= 1, "top_k": k >= 1}."""
-    if (not isinstance(tree, dict) or set(tree) != {"node_budget", "top_k"}
-            or not all(isinstance(v, int) and v >= 1 for v in tree.values())):
-        raise ValueError(f'a default tree is {{"node_budget": n, "top_k": k}} with integers >= 1 '
-                         f"(tree.py: the n best paths over the per-slot top-k), got {tree!r}.")
-    return dict(tree)
 
 
 def check_fits(drafter: DFlashDrafter, target) -> None:

@@ -40,13 +40,15 @@ measured time are the most; where no n pays, the next steps skip the drafter, as
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass
+from numbers import Real
 
 import torch
 from transformers import DynamicCache
 
 from . import batch as ragged
-from .decoding import GenerationResult, cache_kwargs, clock, crop_cache
+from .decoding import GenerationResult, cache_kwargs, clock, crop_cache, greedy_choice, tie_head
 from .drafter import DFlashDrafter, check_fits, target_features
 from .verify_cost import VerifyCost
 
@@ -128,12 +130,17 @@ def sample(logits: torch.Tensor, temperature: float, generator=None) -> int:
 
 
 def accept_tree(tokens: torch.Tensor, parents: torch.Tensor, logits: torch.Tensor,
-                temperature: float = 0.0, generator=None) -> tuple[list[int], int]:
+                temperature: float = 0.0, generator=None, hidden=None,
+                head=None) -> tuple[list[int], int]:
     """Walk the tree. tokens (n,) full-vocabulary ids, parents (n,), logits (1+n, V) the target's
     at [root, nodes]. Returns (path, y): path the accepted nodes as rows of logits (1..n), root
-    to leaf, and y the target's token after the last of them (the bonus)."""
+    to leaf, and y the target's token after the last of them (the bonus). hidden (1+n, H), head:
+    a bf16 target's greedy near-ties decided in fp32 (``decoding.greedy_choice``)."""
     child = {(p + 1, t): i + 1 for i, (p, t) in enumerate(zip(parents.tolist(), tokens.tolist()))}
-    greedy = logits.argmax(-1).tolist() if temperature == 0 else None
+    greedy = None
+    if temperature == 0:
+        greedy = greedy_choice(logits[None], None if hidden is None else hidden[None], head)
+        greedy = greedy[0].tolist()
     path, node = [], 0
     while True:
         y = greedy[node] if greedy is not None else sample(logits[node], temperature, generator)
@@ -157,26 +164,38 @@ def keep_columns(cache: DynamicCache, start: int, keep: list[int]) -> None:
     crop_cache(cache, start + len(keep))
 
 
+def _whole(v) -> bool:
+    """An int that is not a bool (True is an int to isinstance, and would read as 1)."""
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def _validate(target, drafter, input_ids, max_new_tokens, block_size, node_budget, top_k,
               temperature):
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.dtype != torch.long:
-        raise ValueError("input_ids must be a (1, S) LongTensor of token ids.")
+        raise ValueError("input_ids must be a (1, S) LongTensor of token ids, e.g. "
+                         "tokenizer(text, return_tensors='pt')['input_ids'].")
     if input_ids.shape[0] != 1:
         raise ValueError(f"tree_generate decodes one sequence at a time, got a batch of "
                          f"{input_ids.shape[0]}: call it once per prompt (1, S).")
     if input_ids.shape[1] == 0:
         raise ValueError("The prompt is empty: give at least one token.")
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+    vocab = target.get_input_embeddings().weight.shape[0]
+    if int(input_ids.min()) < 0 or int(input_ids.max()) >= vocab:
+        raise ValueError(f"input_ids hold ids outside the target's vocabulary 0..{vocab - 1}: "
+                         f"was the prompt tokenized with this target's tokenizer?")
+    if not _whole(max_new_tokens) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}.")
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0 (0 is greedy), got {temperature}.")
-    if node_budget is not None and (not isinstance(node_budget, int) or node_budget < 0):
+    if (not isinstance(temperature, Real) or isinstance(temperature, bool)
+            or not math.isfinite(temperature) or temperature < 0):      # NaN < 0 is False
+        raise ValueError(f"temperature must be a finite number >= 0 (0 is greedy, 1 the "
+                         f"target's own distribution), got {temperature!r}.")
+    if node_budget is not None and (not _whole(node_budget) or node_budget < 0):
         raise ValueError(f"node_budget must be an integer >= 0 (0 is plain decoding), got "
                          f"{node_budget!r}.")
-    if not isinstance(top_k, int) or top_k < 1:
+    if not _whole(top_k) or top_k < 1:
         raise ValueError(f"top_k must be an integer >= 1 (1 drafts a chain), got {top_k!r}.")
     check_fits(drafter, target)
-    if not isinstance(block_size, int) or not 2 <= block_size <= drafter.block_size:
+    if not _whole(block_size) or not 2 <= block_size <= drafter.block_size:
         raise ValueError(f"block_size must be an integer in 2..{drafter.block_size} (the "
                          f"drafter's trained block size), got {block_size!r}.")
     if input_ids.shape[1] + max_new_tokens + block_size > drafter.config.max_position_embeddings:
@@ -189,7 +208,7 @@ def tree_generate(target, drafter: DFlashDrafter, input_ids: torch.Tensor, max_n
                   block_size: int | None = None, node_budget: int | None = None, top_k: int = 4,
                   temperature: float = 0.0, stop_token_ids=None,
                   generator: torch.Generator | None = None,
-                  cost: VerifyCost | None = None) -> GenerationResult:
+                  cost: VerifyCost | None = None, fp32_ties: bool = True) -> GenerationResult:
     """Decode up to max_new_tokens after input_ids (1, S), verifying a tree of drafts per step.
 
     block_size None takes the drafter's; the tree is at most B-1 deep. node_budget None is B-1:
@@ -199,7 +218,7 @@ def tree_generate(target, drafter: DFlashDrafter, input_ids: torch.Tensor, max_n
     per unit of measured time, a node's chance being its path's probability, and skips the
     drafter after steps that did not pay, as the chain does (``VerifyCost``).
     Generation stops after the first stop token (kept); at T > 0 the target samples with
-    ``generator``.
+    ``generator``. fp32_ties: a bf16 target's greedy near-ties decided in fp32 (as the chain).
     """
     if not isinstance(drafter, DFlashDrafter):
         raise ValueError(f"a tree needs the DFlash drafter's per-slot distributions, got "
@@ -209,6 +228,8 @@ def tree_generate(target, drafter: DFlashDrafter, input_ids: torch.Tensor, max_n
     node_budget = B - 1 if node_budget is None else node_budget
     device, layer_ids = input_ids.device, drafter.target_layer_ids
     stops = set(int(t) for t in (stop_token_ids or []))
+    head = tie_head(target, temperature, fp32_ties)      # None: fp32, sampling, or not asked
+    last = lambda out: out.hidden_states[-1][0] if head is not None else None
 
     # 1. Prefill: the target reads the prompt; its first token and its features.
     t0 = clock(device)
@@ -216,7 +237,8 @@ def tree_generate(target, drafter: DFlashDrafter, input_ids: torch.Tensor, max_n
     out = target(input_ids=input_ids, **cache_kwargs(target, cache), output_hidden_states=True,
                  logits_to_keep=1)
     ragged.check_cache(cache)                    # kept columns are gathered: full attention only
-    token = sample(out.logits[0, -1], temperature, generator)
+    token = (sample(out.logits[0, -1], temperature, generator) if temperature else
+             int(greedy_choice(out.logits[:, -1:], out.hidden_states[-1][:, -1:], head)[0, 0]))
     hidden = target_features(out.hidden_states, layer_ids)                    # (1, S, L_f*H)
     draft_cache = drafter.new_cache()
     t1 = clock(device)
@@ -251,7 +273,8 @@ def tree_generate(target, drafter: DFlashDrafter, input_ids: torch.Tensor, max_n
                      **cache_kwargs(target, cache), output_hidden_states=True)
         te = clock(device)
         # 4. Accept a path, keep its columns; its features are the drafter's next context.
-        path, token = accept_tree(tokens, tree.parents, out.logits[0], temperature, generator)
+        path, token = accept_tree(tokens, tree.parents, out.logits[0], temperature, generator,
+                                  last(out), head)
         committed = tokens[[p - 1 for p in path]].tolist() + [token]
         keep = [0] + path
         keep_columns(cache, start, keep)

@@ -42,26 +42,32 @@ single-sequence loop below, unchanged.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from transformers import DynamicCache
 
 from . import batch as ragged
 from .ar_drafter import ARDrafter
-from .decoding import GenerationResult, cache_kwargs, clock, crop_cache
-from .drafter import DFlashDrafter, check_fits, check_tree, target_features
+from .decoding import GenerationResult, cache_kwargs, clock, crop_cache, greedy_choice, tie_head
+from .drafter import DFlashDrafter, check_fits, target_features
+from .settings import DecodingConfig
 from .tree import tree_generate
 from .verify_cost import Trust, VerifyCost, confident_prefix, for_threads
 
 
-def _choose(logits: torch.Tensor, temperature: float, generator) -> torch.Tensor:
+def _choose(logits: torch.Tensor, temperature: float, generator, hidden=None,
+            head=None) -> torch.Tensor:
     """The target's token at every position: logits (N, T, V) -> (N, T).
 
+    Greedy: the argmax, a bf16 near-tie decided in fp32 when the final hidden states (N, T, H)
+    and the lm_head are given (``decoding.greedy_choice``).
     At T > 0 an exact sample of softmax(logits / T) by inverse CDF: one uniform u per position,
     the first token whose cumulative probability exceeds u. One cumsum over (N, T, V) instead
     of ``torch.multinomial``, which cost as much as a whole draft.
     """
     if temperature == 0:
-        return logits.argmax(-1)
+        return greedy_choice(logits, hidden, head)
     cdf = torch.softmax(logits.float() / temperature, dim=-1).cumsum(-1)      # (N, T, V)
     u = torch.rand(cdf.shape[:-1] + (1,), generator=generator, device=cdf.device)
     token = torch.searchsorted(cdf, u * cdf[..., -1:], right=True)            # (N, T, 1)
@@ -90,45 +96,46 @@ def draft_block(drafter, target, token, hidden, start, cache, B, p_min, want=Fal
     return torch.cat([token.view(-1, 1), guess], dim=1), q                    # (N, <=B), (N, <=B-1)
 
 
-def accept(block: torch.Tensor, logits: torch.Tensor, temperature: float, generator=None):
+def accept(block: torch.Tensor, logits: torch.Tensor, temperature: float, generator=None,
+           hidden=None, head=None):
     """The acceptance rule. block (1, B) = [t, d_1..d_{B-1}], logits (1, B, V) of the target.
 
     The target picks y_j at every position (argmax, or a sample at T > 0); d_j is accepted while
     d_j == y_{j-1}. Returns (a, committed = [d_1..d_a, y_a], y (1, B)). With a one-hot draft this
     is speculative sampling exactly: d_j is accepted with probability p(d_j), and after a
-    rejection y_{j-1} ~ p restricted to tokens != d_j, renormalised.
+    rejection y_{j-1} ~ p restricted to tokens != d_j, renormalised. hidden, head: see
+    ``_choose``.
     """
-    y = _choose(logits, temperature, generator)                                # (1, B)
+    y = _choose(logits, temperature, generator, hidden, head)                  # (1, B)
     a = int(accepted_lengths(block, y)[0])
     return a, block[0, 1:a + 1].tolist() + [int(y[0, a])], y
 
 
-def _budget(drafter, block_size, p_min, cost):
-    """The cut and the cost model a call uses: None takes the drafter's, False/0 none."""
-    if p_min is None:
-        p_min = getattr(drafter, "p_min", 0.0) if block_size > 1 else 0.0
-    if cost is None and block_size > 1 and getattr(drafter, "costs", None):
-        cost = for_threads(drafter.costs)            # the curve for torch's thread count
-    if cost not in (None, False) and not isinstance(cost, VerifyCost):
-        raise ValueError(f"cost must be a VerifyCost (or None for the drafter's, False for "
-                         f"none), got {cost!r}.")
-    return p_min, cost or None
+def _settings(target, drafter, config, batch: bool = False, **given) -> DecodingConfig:
+    """The one DecodingConfig a call runs: ``config`` (None: the drafter's decoding.json) with
+    the call's own arguments over it, block size and tree resolved. A batch verifies chains: a
+    default tree is not used there, one asked for is refused."""
+    if batch and given.get("tree"):
+        raise ValueError("a tree decodes one sequence at a time: pass tree=False (or None) for a "
+                         "batch, whose rows verify chains.")
+    settings = (config or DecodingConfig.of(drafter)).override(**given).resolve(drafter)
+    if batch and settings.tree:
+        settings = replace(settings, tree=None)
+    return settings
 
 
-def _tree(drafter, block_size, p_min, record_steps, tree):
-    """The tree a call verifies, or None for the chain (see speculative_generate's tree)."""
-    if tree is None:                         # the default, unless the chain's options are set
-        chain = p_min is not None or record_steps or block_size is not None
-        tree = None if chain else getattr(drafter, "tree", None)
-    elif tree is True:
-        tree = getattr(drafter, "tree", None)
-        if not tree:
-            raise ValueError("tree=True takes the drafter's default tree, and its decoding.json "
-                             "has none: pass {'node_budget': n, 'top_k': k}.")
-    if tree and (p_min or record_steps or block_size == 1):
-        raise ValueError("p_min, record_steps and block_size=1 are the chain's: pass tree=False "
-                         "with them.")
-    return check_tree(tree) if tree else None
+def _cost(target, drafter, settings: DecodingConfig) -> VerifyCost | None:
+    """The cost model of a call: the drafter's curve for the target's dtype and torch's thread
+    count (cost=True), the one given, or None."""
+    if settings.block_size == 1 or not settings.cost:
+        return None
+    if isinstance(settings.cost, VerifyCost):
+        return settings.cost
+    if not getattr(drafter, "costs", None):
+        raise ValueError("cost=True prices verify lengths on the drafter's measured curve, and "
+                         "its decoding.json carries none: `python -m minidflash budget curve`, "
+                         "then `budget cost`, or pass a VerifyCost.")
+    return for_threads(drafter.costs, dtype=target.dtype)
 
 
 def _validate(target, drafter, input_ids, max_new_tokens, block_size, temperature, p_min=0.0):
@@ -140,8 +147,9 @@ def _validate(target, drafter, input_ids, max_new_tokens, block_size, temperatur
                          "generation prompt).")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}.")
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0 (0 is greedy), got {temperature}.")
+    if not isinstance(temperature, (int, float)) or not 0 <= temperature < float("inf"):
+        raise ValueError(f"temperature must be a finite number >= 0 (0 is greedy), got "
+                         f"{temperature!r}.")
     if not isinstance(p_min, (int, float)) or not 0 <= p_min < 1:
         raise ValueError(f"p_min must be in [0, 1) (0 verifies every drafted token), got {p_min!r}.")
     if not isinstance(block_size, int) or block_size < 1:
@@ -166,42 +174,40 @@ def _validate(target, drafter, input_ids, max_new_tokens, block_size, temperatur
 @torch.inference_mode()
 def speculative_generate(target, drafter: DFlashDrafter | None, input_ids: torch.Tensor,
                          max_new_tokens: int, block_size: int | None = None,
-                         temperature: float = 0.0, stop_token_ids=None,
+                         temperature: float | None = None, stop_token_ids=None,
                          generator: torch.Generator | None = None,
-                         record_steps: bool = False, attention_mask: torch.Tensor | None = None,
+                         record_steps: bool | None = None,
+                         attention_mask: torch.Tensor | None = None,
                          p_min: float | None = None, cost: VerifyCost | bool | None = None,
-                         tree: dict | bool | None = None
+                         tree: dict | bool | None = None, fp32_ties: bool | None = None,
+                         config: DecodingConfig | None = None
                          ) -> GenerationResult | list[GenerationResult]:
     """Decode up to max_new_tokens after input_ids (1, S) with draft -> verify -> accept.
 
-    block_size None takes the drafter's; 1 is plain autoregressive decoding. Generation stops
-    after the first stop token (which is kept). At temperature > 0 the target samples with
-    ``generator``; the drafter always drafts greedily. p_min: the confidence cut (None takes the
-    drafter's ``p_min``, 0 verifies the whole block). cost: a ``VerifyCost`` choosing m by
-    expected tokens per unit of time (None takes the drafter's, False none). tree: verify a tree
-    of drafts (``tree.tree_generate``), {"node_budget": n, "top_k": k} or True for the drafter's
-    default (decoding.json); None takes that default for a call that sets none of block_size,
-    p_min and record_steps (the chain's); False: the chain.
+    How: ``config`` (settings.DecodingConfig; None: the drafter's decoding.json, which a plain
+    call runs), each of block_size, temperature, record_steps, p_min, cost, tree and fp32_ties
+    that is given overriding its field (tree=False: a chain; block_size=1: plain decoding).
+    Generation stops after the first stop token (which is kept). At temperature > 0 the target
+    samples with ``generator``; the drafter always drafts greedily.
 
     With an attention_mask, input_ids is a batch (N, S), left-padded, and the answer is a list
     of N results, one per row: ``speculative_generate_batch`` (chains only).
     """
-    if tree and attention_mask is not None:
-        raise ValueError("a tree decodes one sequence at a time: pass tree=False (or None) for a "
-                         "batch, whose rows verify chains.")
+    given = dict(block_size=block_size, temperature=temperature, record_steps=record_steps,
+                 p_min=p_min, cost=cost, tree=tree, fp32_ties=fp32_ties)
     if attention_mask is not None:
         return speculative_generate_batch(target, drafter, input_ids, max_new_tokens,
-                                          attention_mask, block_size, temperature,
-                                          stop_token_ids, generator, record_steps, p_min, cost)
-    tree = _tree(drafter, block_size, p_min, record_steps, tree)
-    if block_size is None:
-        block_size = drafter.block_size if drafter is not None else 1
-    if tree:
-        return tree_generate(target, drafter, input_ids, max_new_tokens, block_size,
-                             tree["node_budget"], tree["top_k"], temperature, stop_token_ids,
-                             generator, cost=_budget(drafter, block_size, 0.0, cost)[1])
-    p_min, cost = _budget(drafter, block_size, p_min, cost)
+                                          attention_mask, stop_token_ids=stop_token_ids,
+                                          generator=generator, config=config, **given)
+    settings = _settings(target, drafter, config, **given)
+    block_size, temperature, p_min = settings.block_size, settings.temperature, settings.p_min
+    record_steps, fp32_ties, cost = settings.record_steps, settings.fp32_ties, None
     _validate(target, drafter, input_ids, max_new_tokens, block_size, temperature, p_min)
+    cost = _cost(target, drafter, settings)
+    if settings.tree:
+        return tree_generate(target, drafter, input_ids, max_new_tokens, block_size,
+                             settings.tree["node_budget"], settings.tree["top_k"], temperature,
+                             stop_token_ids, generator, cost=cost, fp32_ties=fp32_ties)
     if input_ids.shape[0] != 1:
         raise ValueError(f"speculative_generate decodes one sequence at a time without an "
                          f"attention_mask, got a batch of {input_ids.shape[0]}: pass the "
@@ -209,13 +215,16 @@ def speculative_generate(target, drafter: DFlashDrafter | None, input_ids: torch
     B, device = block_size, input_ids.device
     stops = set(int(t) for t in (stop_token_ids or []))
     layer_ids = drafter.target_layer_ids if B > 1 else None
+    head = tie_head(target, temperature, fp32_ties)      # None: fp32, sampling, or not asked
+    states = B > 1 or head is not None                   # the passes return hidden states
+    last = lambda out, n: out.hidden_states[-1][:, -n:] if head is not None else None
 
     # 1. Prefill: the target reads the prompt once; its first token and its features.
     t0 = clock(device)
     cache = DynamicCache()
     out = target(input_ids=input_ids, **cache_kwargs(target, cache),
-                 output_hidden_states=B > 1, logits_to_keep=1)
-    token = _choose(out.logits[:, -1:], temperature, generator)[:, 0]         # (1,)
+                 output_hidden_states=states, logits_to_keep=1)
+    token = _choose(out.logits[:, -1:], temperature, generator, last(out, 1), head)[:, 0]  # (1,)
     hidden = target_features(out.hidden_states, layer_ids) if B > 1 else None  # (1, S, L_f*H)
     draft_cache = drafter.new_cache() if B > 1 else None
     t1 = clock(device)
@@ -245,10 +254,11 @@ def speculative_generate(target, drafter: DFlashDrafter | None, input_ids: torch
         # 3. Verify the block in one target pass.
         pos = torch.arange(start, start + block.shape[1], device=device)[None]
         out = target(input_ids=block, position_ids=pos, **cache_kwargs(target, cache),
-                     output_hidden_states=B > 1)
+                     output_hidden_states=states)
         te = clock(device)
         # 4. Accept the longest agreeing prefix, plus the target's bonus token.
-        a, committed, choice = accept(block, out.logits, temperature, generator)
+        a, committed, choice = accept(block, out.logits, temperature, generator,
+                                      last(out, block.shape[1]), head)
         if trust and fed:
             trust.update(q[0], m, a, drafts[0], choice[0])
         if record_steps:
@@ -315,8 +325,10 @@ def speculative_generate_batch(target, drafter: DFlashDrafter | None, input_ids:
                                max_new_tokens: int, attention_mask: torch.Tensor | None = None,
                                block_size: int | None = None, temperature: float = 0.0,
                                stop_token_ids=None, generator: torch.Generator | None = None,
-                               record_steps: bool = False, p_min: float | None = None,
-                               cost: VerifyCost | bool | None = None) -> list[GenerationResult]:
+                               record_steps: bool | None = None, p_min: float | None = None,
+                               cost: VerifyCost | bool | None = None,
+                               fp32_ties: bool | None = None, tree=None,
+                               config: DecodingConfig | None = None) -> list[GenerationResult]:
     """N requests at once: input_ids (N, S), left-padded, attention_mask (N, S) (None: no
     padding). One result per row, as ``speculative_generate`` would return for that prompt
     alone: the same tokens when greedy, the same distribution at T > 0.
@@ -330,26 +342,33 @@ def speculative_generate_batch(target, drafter: DFlashDrafter | None, input_ids:
     With a confidence cut each row keeps its own m_i drafts: the verify pass is as wide as the
     longest row's m + 1, and a row accepts at most its own m_i. A cost model picks each row's
     m_i the same way; the batch never skips the drafter (its rows would disagree on when).
+    Settings as ``speculative_generate``'s; a batch verifies chains (a tree is refused).
     """
-    if block_size is None:
-        block_size = drafter.block_size if drafter is not None else 1
-    p_min, cost = _budget(drafter, block_size, p_min, cost)
+    settings = _settings(target, drafter, config, batch=True, block_size=block_size,
+                         temperature=temperature, record_steps=record_steps, p_min=p_min,
+                         cost=cost, tree=tree, fp32_ties=fp32_ties)
+    block_size, temperature, p_min = settings.block_size, settings.temperature, settings.p_min
+    record_steps, fp32_ties = settings.record_steps, settings.fp32_ties
     _validate(target, drafter, input_ids, max_new_tokens, block_size, temperature, p_min)
+    cost = _cost(target, drafter, settings)
     mask = _validate_batch(drafter, input_ids, attention_mask, block_size)   # (N, S) bool
     B, device = block_size, input_ids.device
     N, S = input_ids.shape
     stops = set(int(t) for t in (stop_token_ids or []))
     layer_ids = drafter.target_layer_ids if B > 1 else None
     lengths = mask.sum(1)                                                    # (N,) prompt lengths
+    head = tie_head(target, temperature, fp32_ties)
+    states = B > 1 or head is not None
+    last = lambda out, n: out.hidden_states[-1][:, -n:] if head is not None else None
 
     # 1. Prefill every row; padding columns are holes from the start.
     t0 = clock(device)
     cache = DynamicCache()
     out = target(input_ids=input_ids, attention_mask=mask.long(),
                  position_ids=ragged.prompt_positions(mask), **cache_kwargs(target, cache),
-                 output_hidden_states=B > 1, logits_to_keep=1)
+                 output_hidden_states=states, logits_to_keep=1)
     ragged.check_cache(cache)
-    token = _choose(out.logits[:, -1:], temperature, generator)[:, 0]         # (N,)
+    token = _choose(out.logits[:, -1:], temperature, generator, last(out, 1), head)[:, 0]  # (N,)
     valid = mask                                  # (n, L): target cache columns of committed tokens
     if B > 1:
         hidden, fresh = target_features(out.hidden_states, layer_ids), mask   # (n, C, L_f*H), (n, C)
@@ -399,10 +418,10 @@ def speculative_generate_batch(target, drafter: DFlashDrafter | None, input_ids:
         pos = start[:, None] + torch.arange(W, device=device)                # (n, W)
         visible = torch.cat([valid, valid.new_ones(n, W)], 1)                 # (n, L + W)
         out = target(input_ids=block, attention_mask=visible.long(), position_ids=pos,
-                     **cache_kwargs(target, cache), output_hidden_states=B > 1)
+                     **cache_kwargs(target, cache), output_hidden_states=states)
         te = clock(device)
         # 4. Accept per row (at most its own m); keep t, d_1..d_a, crop what no row kept, compact.
-        choice = _choose(out.logits, temperature, generator)                  # (n, W)
+        choice = _choose(out.logits, temperature, generator, last(out, W), head)  # (n, W)
         a = accepted_lengths(block, choice)                                   # (n,)
         if m is not None:
             a = torch.minimum(a, m)

@@ -23,9 +23,10 @@ by the running ratio of drafts accepted to drafts expected in the steps before.
 Like the confidence cut, this reads the drafter's outputs, the clock and what earlier steps
 committed, never the current step's target choices, so it changes how many tokens a step can
 certify, not which ones: greedy output stays identical to plain decoding and sampling stays
-exact. The curve is a property of the machine and of the thread count: a drafter's
-``decoding.json`` may carry curves measured where it ships, one per thread count
-(``costs_from_dict``); a call uses the one nearest torch's thread count.
+exact. The curve is a property of the machine, the dtype and the thread count: a bf16 pass over
+16 tokens costs 1.2 one-token passes on a CPU with bf16 matrix instructions, an fp32 one 2.3. A
+drafter's ``decoding.json`` may carry curves measured where it ships, one per dtype and thread
+count (``costs_from_dict``); a call uses the target's dtype and the thread count nearest torch's.
 """
 
 from __future__ import annotations
@@ -143,24 +144,49 @@ class Trust:
         self.got, self.meant = (1 - w) * self.got + w * observed, (1 - w) * self.meant + w * expected
 
 
-def costs_from_dict(d: dict) -> dict[int, VerifyCost]:
-    """decoding.json's "cost": one curve, or {"by_threads": {"1": curve, "2": curve, ...}}."""
+def costs_from_dict(d: dict) -> dict[tuple[str | None, int], VerifyCost]:
+    """decoding.json's "cost" as {(dtype, threads): curve}: one curve ((None, 0): any dtype and
+    thread count), {"by_threads": {"1": curve, "2": curve, ...}} (dtype None), or
+    {"by_dtype": {"bfloat16": <either of those>, "float32": ...}}."""
+    if isinstance(d, dict) and "by_dtype" in d:
+        by = d["by_dtype"]
+        if not isinstance(by, dict) or not by or not set(by) <= {"float32", "bfloat16", "float16"}:
+            raise ValueError(f"by_dtype maps dtype names (float32, bfloat16, float16) to cost "
+                             f"curves, e.g. {{'bfloat16': {{'by_threads': ...}}}}, got {by!r}.")
+        return {(name, t): c for name, sub in by.items()
+                for (_, t), c in costs_from_dict(sub).items()}
     if isinstance(d, dict) and "by_threads" in d:
         by = d["by_threads"]
         if not isinstance(by, dict) or not by or not all(str(k).isdigit() and int(k) > 0 for k in by):
             raise ValueError(f"by_threads maps thread counts to cost curves, e.g. "
                              f"{{'1': {{...}}, '2': {{...}}}}, got {by!r}.")
-        return {int(k): VerifyCost.from_dict(v) for k, v in by.items()}
-    return {0: VerifyCost.from_dict(d)}
+        return {(None, int(k)): VerifyCost.from_dict(v) for k, v in by.items()}
+    return {(None, 0): VerifyCost.from_dict(d)}
 
 
-def costs_to_dict(costs: dict[int, VerifyCost]) -> dict:
-    if list(costs) == [0]:
-        return costs[0].to_dict()
-    return {"by_threads": {str(k): c.to_dict() for k, c in sorted(costs.items())}}
+def costs_to_dict(costs: dict[tuple[str | None, int], VerifyCost]) -> dict:
+    """The inverse of ``costs_from_dict``."""
+    def threads(group: dict) -> dict:
+        if list(group) == [0]:
+            return group[0].to_dict()
+        return {"by_threads": {str(k): c.to_dict() for k, c in sorted(group.items())}}
+    dtypes = {d for d, _ in costs}
+    if None in dtypes and len(dtypes) > 1:
+        raise ValueError("cost curves of a named dtype and of none cannot be kept together: "
+                         "name the dtype of every curve.")
+    groups = {d: {t: c for (dd, t), c in costs.items() if dd == d} for d in dtypes}
+    if dtypes == {None}:
+        return threads(groups[None])
+    return {"by_dtype": {d: threads(g) for d, g in sorted(groups.items())}}
 
 
-def for_threads(costs: dict[int, VerifyCost], threads: int | None = None) -> VerifyCost:
-    """The curve measured at the thread count nearest ``threads`` (torch's, by default)."""
+def for_threads(costs: dict[tuple[str | None, int], VerifyCost], threads: int | None = None,
+                dtype=None) -> VerifyCost:
+    """The curve measured in ``dtype`` (a torch dtype or its name; curves of no named dtype, else
+    any, where none was measured in it) at the thread count nearest ``threads`` (torch's, by
+    default)."""
     threads = torch.get_num_threads() if threads is None else threads
-    return costs[min(costs, key=lambda k: (abs(k - threads), k))]
+    name = None if dtype is None else str(dtype).replace("torch.", "")
+    keys = ([k for k in costs if k[0] == name] or [k for k in costs if k[0] is None]
+            or list(costs))
+    return costs[min(keys, key=lambda k: (abs(k[1] - threads), k[1]))]

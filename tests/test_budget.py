@@ -66,7 +66,8 @@ def test_cost_writes_a_saved_curve_into_the_drafters_files(tmp_path):
     budget.main(["cost", "--from", str(tmp_path / "curve.json"), "--drafter", str(tmp_path / "d")])
     loaded = load_drafter(tmp_path / "d", target=target)
     assert loaded.p_min == 0.3
-    assert loaded.costs == {1: VerifyCost((1.0, 1.8, 2.2), 0.2), 2: VerifyCost((1.0, 1.4, 1.5), 0.25)}
+    assert loaded.costs == {(None, 1): VerifyCost((1.0, 1.8, 2.2), 0.2),
+                            (None, 2): VerifyCost((1.0, 1.4, 1.5), 0.25)}
     assert not list(tmp_path.glob("d/*.tmp"))
     budget.main(["cost", "--from", str(tmp_path / "curve.json"), "--drafter", str(tmp_path / "d"),
                  "--trust-weight", "0.2"])

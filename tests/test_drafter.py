@@ -210,7 +210,7 @@ def pair():
     (dict(block_size=0), "block_size must be an integer >= 1"),
     (dict(block_size=9), "exceeds the drafter's trained block size 8"),
     (dict(max_new_tokens=0), "max_new_tokens must be an integer >= 1"),
-    (dict(temperature=-1.0), "temperature must be >= 0"),
+    (dict(temperature=-1.0), "temperature must be a finite number >= 0"),
     (dict(input_ids=torch.zeros(1, 0, dtype=torch.long)), "prompt is empty"),
     (dict(input_ids=torch.zeros(2, 4, dtype=torch.long)), "one sequence at a time"),
     (dict(input_ids=torch.zeros(1, 4)), "LongTensor"),

@@ -161,7 +161,7 @@ def sample_counts(target, drafter, ids, n, seed):
     return counts
 
 
-def wrong_accept(block, logits, temperature, generator=None):
+def wrong_accept(block, logits, temperature, generator=None, hidden=None, head=None):
     """A classic bug: accept d with probability p(d), and after a rejection resample from p
     itself (d included) instead of from p without d. Biased towards the draft."""
     probs = torch.softmax(logits[0].float() / temperature, -1)                 # (B, V)

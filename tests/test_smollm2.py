@@ -33,7 +33,7 @@ def decode_prompts():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        target, tokenizer = load_target(SMOLLM2)
+        target, tokenizer = load_target(SMOLLM2, dtype=torch.float32)   # the recorded taus
         drafter = load_drafter(SMOLLM2_DRAFTER_DIR, target=target)
         runs = {}
         for suite, index in PROMPTS:
@@ -45,7 +45,8 @@ def decode_prompts():
             runs[f"{suite}[{index}]"] = tuple(
                 speculative_generate(target, d, ids, MAX_NEW_TOKENS, block_size=b,
                                      stop_token_ids=stop_ids(tokenizer), **kw)
-                for d, b, kw in ((None, 1, {}), (drafter, drafter.block_size, {"cost": False}),
+                for d, b, kw in ((None, 1, {}),
+                                 (drafter, drafter.block_size, {"cost": False, "tree": False}),
                                  (drafter, None, {})))
     finally:
         torch.set_num_threads(threads)

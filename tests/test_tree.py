@@ -7,7 +7,9 @@ exactly the root's and the path's columns (against batch.compact, and by decodin
 cache). tree_generate: greedy output identical to plain greedy decoding for random drafters and
 for drafters that are often right (paths accepted, through second-ranked branches too), with stop
 tokens; top_k 1 is the chain; the drafter's context is the committed tokens' target features. At
-T = 1 the outputs' distribution is the target's (chi-square), and a planted wrong rule fails it.
+T = 1 and T = 0.5 the outputs' distribution is the target's (chi-square), and planted bugs (a wrong
+walk, an ignored temperature) fail it. Bad arguments (ids outside the vocabulary, a NaN
+temperature, a bool for an integer) are refused with a clear error.
 """
 
 import itertools
@@ -20,7 +22,8 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 import minidflash.tree as tree_mod
 from minidflash import batch as ragged
-from minidflash.drafter import DFlashDrafter, load_drafter, target_features
+from minidflash.drafter import DFlashDrafter, check_tree, load_drafter, target_features
+from minidflash.settings import DecodingConfig
 from minidflash.tree import (accept_tree, build_tree, keep_columns, tree_attention_mask,
                              tree_generate)
 from minidflash.verifier import cache_kwargs, speculative_generate
@@ -331,28 +334,38 @@ def test_greedy_identical_with_the_cost_model(seed):
 
 
 def test_a_drafters_default_tree_is_what_a_plain_call_verifies(tmp_path):
-    """decoding.json's "tree" makes speculative_generate verify that tree when the call asks for
-    nothing the chain alone has; tree=False, a block size, the cut or recorded steps give the
-    chain; a batch refuses a tree; the setting survives save and load, a bad one is refused."""
+    """decoding.json's "tree" makes speculative_generate verify that tree; a call's settings
+    override it field by field and never switch it off behind the caller's back: a block size
+    keeps the tree (at that depth), tree=False gives the chain, block size 1 plain decoding, and
+    the chain's own options (the cut, recorded steps) with a tree are refused. A batch refuses
+    a tree; the setting survives save and load, a bad one is refused."""
     target = tiny_target(5, vocab=89, layers=3)
     ids = torch.randint(0, 88, (1, 6))
     ref = plain_greedy(target, ids, 50)
     padded = torch.cat([ref, torch.zeros(1, 32, dtype=torch.long)], 1)
     base = random_drafter(target, 5, block_size=8)
     boosted = lambda: BoostedDrafter(base, padded, 0.5, 0.4, 3)           # the same draws each
-    drafter = boosted()
-    drafter.tree = {"node_budget": 12, "top_k": 3}
-    default = speculative_generate(target, drafter, ids, 50)
+
+    def with_tree():
+        drafter = boosted()
+        drafter.tree = {"node_budget": 12, "top_k": 3}
+        return drafter
+    default = speculative_generate(target, with_tree(), ids, 50)
     want = tree_generate(target, boosted(), ids, 50, node_budget=12, top_k=3)
     chain = speculative_generate(target, boosted(), ids, 50)
     assert torch.equal(default.output_ids, ref) and torch.equal(want.output_ids, ref)
     assert default.acceptance_lengths == want.acceptance_lengths != chain.acceptance_lengths
-    for kwargs in ({"tree": False}, {"block_size": 8}, {"p_min": 0.0}, {"record_steps": True}):
-        drafter = boosted()
-        drafter.tree = {"node_budget": 12, "top_k": 3}
-        out = speculative_generate(target, drafter, ids, 50, **kwargs)
-        assert out.acceptance_lengths == chain.acceptance_lengths, kwargs
-    for kwargs, match in [({"tree": True, "p_min": 0.3}, "the chain's"),
+    for kwargs, runs in [({"block_size": 8}, want), ({"p_min": 0.0}, want),
+                         ({"config": DecodingConfig(tree={"node_budget": 12, "top_k": 3})}, want),
+                         ({"tree": False}, chain), ({"config": DecodingConfig()}, chain)]:
+        out = speculative_generate(target, with_tree(), ids, 50, **kwargs)
+        assert out.acceptance_lengths == runs.acceptance_lengths, kwargs
+    shallow = speculative_generate(target, with_tree(), ids, 50, block_size=4)
+    assert torch.equal(shallow.output_ids, ref) and max(shallow.acceptance_lengths) <= 4
+    plain = speculative_generate(target, with_tree(), ids, 50, block_size=1)
+    assert torch.equal(plain.output_ids, ref) and set(plain.acceptance_lengths) == {1}
+    drafter = with_tree()
+    for kwargs, match in [({"p_min": 0.3}, "a chain's"), ({"record_steps": True}, "a chain's"),
                           ({"tree": True, "attention_mask": torch.ones_like(ids)}, "one sequence"),
                           ({"tree": {"node_budget": 0, "top_k": 2}}, "integers >= 1")]:
         with pytest.raises(ValueError, match=match):
@@ -381,11 +394,67 @@ def test_refuses_bad_arguments():
         tree_generate(target, None, ids, 5)
 
 
+def test_out_of_vocabulary_prompt_is_a_clear_error():
+    """An id outside the target's vocabulary is the chain's clear ValueError, not an IndexError
+    from the embedding, whether tree_generate is called or speculative_generate picks a tree."""
+    target = tiny_target(0, vocab=61, layers=2)
+    drafter = random_drafter(target, 0, block_size=8)
+    for bad in (61, -1):
+        ids = torch.tensor([[3, bad, 5]])
+        with pytest.raises(ValueError, match="outside the target's vocabulary 0..60"):
+            tree_generate(target, drafter, ids, 5)
+        with pytest.raises(ValueError, match="outside the target's vocabulary 0..60"):
+            speculative_generate(target, drafter, ids, 5, tree={"node_budget": 4, "top_k": 2})
+    for ids in (torch.tensor([[3.0, 4.0]]), torch.tensor([3, 4])):       # a float, a 1D prompt
+        with pytest.raises(ValueError, match="LongTensor"):
+            tree_generate(target, drafter, ids, 5)
+
+
+def test_tree_refuses_nan_temperature():
+    """NaN < 0 is False: a NaN (or infinite, or non-number) temperature is refused up front, not
+    left to fail in torch.multinomial (or to sample garbage) after the prefill."""
+    target = tiny_target(0, vocab=61, layers=2)
+    drafter = random_drafter(target, 0, block_size=8)
+    ids = torch.randint(0, 60, (1, 4))
+    for temperature in (float("nan"), float("inf"), "0.5", None, True):
+        with pytest.raises(ValueError, match="temperature must be a finite number"):
+            tree_generate(target, drafter, ids, 5, temperature=temperature)
+        if temperature is None:            # speculative_generate: None is the config's (0)
+            continue
+        with pytest.raises(ValueError, match="temperature must be a finite number"):
+            speculative_generate(target, drafter, ids, 5, temperature=temperature,
+                                 tree={"node_budget": 4, "top_k": 2})
+
+
+def test_chain_refuses_nan_temperature():
+    """The chain (verifier.py) refuses a NaN temperature as the tree does."""
+    target = tiny_target(0, vocab=61, layers=2)
+    drafter = random_drafter(target, 0, block_size=8)
+    ids = torch.randint(0, 60, (1, 4))
+    with pytest.raises(ValueError, match="temperature must be a finite number"):
+        speculative_generate(target, drafter, ids, 5, tree=False, temperature=float("nan"))
+
+
+def test_a_bool_is_not_a_node_budget_or_top_k():
+    """True is an int to isinstance: node_budget=True or top_k=True is refused, not read as 1,
+    by tree_generate and by check_tree (decoding.json's default tree)."""
+    target = tiny_target(0, vocab=61, layers=2)
+    drafter = random_drafter(target, 0, block_size=8)
+    ids = torch.randint(0, 60, (1, 4))
+    for kwargs, match in [({"node_budget": True}, "node_budget"), ({"top_k": True}, "top_k")]:
+        with pytest.raises(ValueError, match=match):
+            tree_generate(target, drafter, ids, 5, **kwargs)
+    for tree in ({"node_budget": True, "top_k": 2}, {"node_budget": 4, "top_k": True}):
+        with pytest.raises(ValueError, match="integers >= 1"):
+            check_tree(tree)
+    assert check_tree({"node_budget": 4, "top_k": 2}) == {"node_budget": 4, "top_k": 2}
+
+
 # --------------------------------------------------------------------------------------------
 # Sampling: the exact distribution, and a wrong rule that fails the same test
 # --------------------------------------------------------------------------------------------
 
-V, N_STOP, STOP, TEMP = 4, 4, 2, 1.0
+V, N_STOP, STOP, TEMP, COLD = 4, 4, 2, 1.0, 0.5
 
 
 @pytest.fixture(scope="module")
@@ -398,14 +467,15 @@ def sampling_setup():
     return target, drafter, ids, helpers.exact_stopped_distribution(target, ids, V, N_STOP, STOP, TEMP)
 
 
-def sampled_pvalue(target, drafter, ids, probs, n=1500, cost=None, sizes=None):
-    """Chi-square p-value of n tree_generate outputs (B = 3, a 5-node tree of top-2 lists) against
-    the exact distribution; outcomes expected fewer than 5 times are pooled into one bin. With a
-    cost, the trees' sizes go into ``sizes``."""
+def sampled_pvalue(target, drafter, ids, probs, n=1500, cost=None, sizes=None, temperature=TEMP):
+    """Chi-square p-value of n tree_generate outputs (B = 3, a 5-node tree of top-2 lists) at
+    ``temperature`` against the exact distribution (at the same temperature); outcomes expected
+    fewer than 5 times are pooled into one bin. With a cost, the trees' sizes go into ``sizes``."""
     gen, counts, accepted = torch.Generator().manual_seed(0), {}, 0
     for _ in range(n):
         out = tree_generate(target, drafter, ids, N_STOP, block_size=3, node_budget=5, top_k=2,
-                            temperature=TEMP, stop_token_ids=[STOP], generator=gen, cost=cost)
+                            temperature=temperature, stop_token_ids=[STOP], generator=gen,
+                            cost=cost)
         key = tuple(out.new_ids.tolist())
         counts[key] = counts.get(key, 0) + 1
         accepted += sum(out.drafted)
@@ -437,7 +507,8 @@ def test_sampling_with_the_cost_model_matches_target_distribution(sampling_setup
     assert len(sizes) >= 3 and 0 in sizes
 
 
-def wrong_accept_tree(tokens, parents, logits, temperature=0.0, generator=None):
+def wrong_accept_tree(tokens, parents, logits, temperature=0.0, generator=None, hidden=None,
+                      head=None):
     """A plausible bug: when the target's sample is any child, move to the drafter's best child
     (the first listed) instead of the child that holds the sample."""
     path, node = [], 0
@@ -455,3 +526,31 @@ def test_wrong_tree_rule_is_caught(sampling_setup, monkeypatch):
     target, drafter, ids, probs = sampling_setup
     monkeypatch.setattr(tree_mod, "accept_tree", wrong_accept_tree)
     assert sampled_pvalue(target, drafter, ids, probs) < 1e-6
+
+
+@pytest.fixture(scope="module")
+def cold_probs(sampling_setup):
+    """The exact distribution at T = COLD (0.5)."""
+    target, _, ids, _ = sampling_setup
+    return helpers.exact_stopped_distribution(target, ids, V, N_STOP, STOP, COLD)
+
+
+def test_sampling_at_another_temperature_matches_target_distribution(sampling_setup, cold_probs):
+    """T = 0.5: the outputs are distributed as softmax(logits / T)'s. The T = 1 tests alone pass
+    a tree that drops the temperature; this one does not (nor logits * T: T = 2's distribution)."""
+    target, drafter, ids, _ = sampling_setup
+    assert sampled_pvalue(target, drafter, ids, cold_probs, temperature=COLD) > 1e-3
+
+
+def sample_ignoring_temperature(logits, temperature, generator=None):
+    """A plausible bug: every T > 0 draws from softmax(logits), as at T = 1."""
+    if temperature == 0:
+        return int(logits.argmax())
+    return int(torch.multinomial(torch.softmax(logits.float(), -1), 1, generator=generator))
+
+
+def test_ignored_temperature_is_caught(sampling_setup, cold_probs, monkeypatch):
+    """The T = 0.5 test, same seed and size, rejects a tree that samples at T = 1: it has power."""
+    target, drafter, ids, _ = sampling_setup
+    monkeypatch.setattr(tree_mod, "sample", sample_ignoring_temperature)
+    assert sampled_pvalue(target, drafter, ids, cold_probs, temperature=COLD) < 1e-6

@@ -253,12 +253,12 @@ def test_sampling_with_the_cost_model_matches_the_target(sampling_setup, trust):
 def test_a_drafters_files_carry_its_cost_curve(tmp_path):
     target = tiny_target(2, vocab=97, layers=4)
     drafter = random_drafter(target, 2)
-    drafter.costs = {1: STEEP, 2: FLAT}
+    drafter.costs = {(None, 1): STEEP, (None, 2): FLAT}
     drafter.save_pretrained(tmp_path / "d")
     saved = json.loads((tmp_path / "d" / "decoding.json").read_text())
     assert saved == {"cost": {"by_threads": {"1": STEEP.to_dict(), "2": FLAT.to_dict()}}}
     loaded = load_drafter(tmp_path / "d", target=target)
-    assert loaded.costs == {1: STEEP, 2: FLAT} and loaded.p_min == 0.0
+    assert loaded.costs == {(None, 1): STEEP, (None, 2): FLAT} and loaded.p_min == 0.0
     assert for_threads(loaded.costs, 1) == STEEP and for_threads(loaded.costs, 16) == FLAT
     ids = torch.randint(0, 96, (1, 8))
     threads = torch.get_num_threads()
@@ -275,5 +275,5 @@ def test_a_drafters_files_carry_its_cost_curve(tmp_path):
     (tmp_path / "d" / "decoding.json").write_text(json.dumps(saved))
     with pytest.raises(ValueError, match="decoding.json: verify cost is in units"):
         load_drafter(tmp_path / "d", target=target)
-    with pytest.raises(ValueError, match="cost must be a VerifyCost"):
+    with pytest.raises(ValueError, match="cost must be True .* or a VerifyCost"):
         speculative_generate(target, drafter, ids, 5, cost=[1.0, 2.0])

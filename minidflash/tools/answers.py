@@ -395,7 +395,7 @@ def main(argv=None) -> dict:
                                                  args.seed, args.prose_source, args.n_story,
                                                  args.n_task, args.n_chain, args.n_symbolic,
                                                  args.n_wide)
-    target, tokenizer = load_target(args.target)
+    target, tokenizer = load_target(args.target, dtype=torch.float32)   # features: fp32
     if args.layer_ids is None:
         args.layer_ids = default_target_layer_ids(target.config.num_hidden_layers, 3)
     wanted = args.shards if args.make_shards is None else args.make_shards

@@ -42,7 +42,7 @@ def decode_batch(target, drafter, prompts, block_size, max_new_tokens, stops, ba
     draft = drafter if block_size > 1 else None
     if len(prompts) == 1 and not batched:
         results = [speculative_generate(target, draft, prompts[0], max_new_tokens,
-                                        block_size=block_size, stop_token_ids=stops)]
+                                        block_size=block_size, stop_token_ids=stops, tree=False)]
     else:
         ids, mask = left_pad(prompts)
         results = speculative_generate_batch(target, draft, ids, max_new_tokens, mask,

@@ -229,6 +229,9 @@ def main(argv=None) -> dict:
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--target", default=None)
+    p.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
+                   help="the target's (and drafter's) dtype; auto: bf16 where this CPU multiplies "
+                        "bf16 natively and the model is large enough to gain (target.resolve_dtype)")
     p.add_argument("--drafter", default=None)
     p.add_argument("--threads", type=int, nargs="+", default=[1],
                    help="torch threads (default 1: timings on a shared machine swing less); "
@@ -259,7 +262,8 @@ def main(argv=None) -> dict:
         p.error("--threads: thread counts are >= 1")
     torch.set_num_threads(a.threads[0])
     torch.manual_seed(0)
-    target, tokenizer = load_target(a.target)
+    target, tokenizer = load_target(a.target, dtype=a.dtype)
+    print(f"bench: the target in {str(target.dtype).replace('torch.', '')}", file=sys.stderr)
     command = "python -m minidflash bench " + " ".join(sys.argv[1:] if argv is None else argv)
     if a.draft_cost or a.methods:
         return compare(a, target, tokenizer, command)
@@ -347,32 +351,41 @@ def compare(a, target, tokenizer, command: str) -> dict:
                 m.parse(spec)
         except ValueError as e:
             raise SystemExit(f"bench --methods: {e}") from None
-        drafters = m.load_method_drafters(a.methods, target, a.drafter, a.ar_drafter)
+        targets = m.load_targets(target, a.methods)
+        drafters = m.load_method_drafters(a.methods, targets, a.drafter, a.ar_drafter)
 
         def plot(results, path):            # the bars, and the depth figure beside them
             m.plot_methods(results, path)
             if m.families(results["suites"][next(iter(results["suites"]))]["methods"]):
                 m.plot_depth(results, path.with_name(path.stem + "_depth.png"))
         result = {"methods": a.methods, "max_new_tokens": a.max_new_tokens, "n": a.n,
-                  "split": a.split, "threads": torch.get_num_threads(), "suites": {}}
-        m.run_methods(target, tokenizer, [{"messages": [{"role": "user", "content": "warm up"}]}],
+                  "split": a.split, "threads": torch.get_num_threads(),
+                  "dtype": str(target.dtype).replace("torch.", ""), "suites": {}}
+        for spec in a.methods:               # what each method's step does, in words
+            if m.parse(spec).kind not in ("lookup", "generate"):
+                print(f"{spec}: {m.config_of(m.parse(spec), drafters.get(spec)).describe()}",
+                      file=sys.stderr)
+        m.run_methods(targets, tokenizer, [{"messages": [{"role": "user", "content": "warm up"}]}],
                       a.methods, drafters, 16, progress=False)
         t0 = time.time()
         for suite in a.suites:
             rows = suite_rows(suite, a)
-            result["suites"][suite] = r = m.run_methods(target, tokenizer, rows, a.methods, drafters,
-                                                        a.max_new_tokens)
+            result["suites"][suite] = r = m.run_methods(targets, tokenizer, rows, a.methods,
+                                                        drafters, a.max_new_tokens)
             r["prompts_used"] = corpus.split_label(suite, a.split, len(rows))
             for spec, s in r["methods"].items():
                 tau = "  -  " if s["tau"] is None else f"{s['tau']:.2f}"
                 split = ("" if s["draft_ms_per_step"] is None else
                          f"draft {s['draft_ms_per_step']:5.1f} ms verify {s['verify_ms_per_step']:5.1f} ms/step  ")
                 print(f"{suite:>11} {spec:>28}  tau {tau}  {split}TPOT {s['tpot_ms']:5.1f} ms  "
-                      f"speedup {s['speedup']:.2f}x  identical {s['identical']}")
+                      f"speedup {s['speedup']:.2f}x (fastest plain {s['speedup_vs_fastest_plain']:.2f}x)"
+                      f"  identical {s['identical_count']}/{r['prompts']}")
+                fmt = lambda g: "-" if g is None else format(g, ".1e")
                 for d in s["divergences"]:
-                    print(f"{'':>12}prompt {d['prompt'] + 1} of the part parts from plain at new "
-                          f"token {d['token']}: logit gap "
-                          f"{'-' if d['gap'] is None else format(d['gap'], '.1e')} (plain's minus this one's)")
+                    print(f"{'':>12}prompt {d['prompt'] + 1} of the part parts from {s['reference']} "
+                          f"at new token {d['token']}: logit gap {fmt(d['gap'])}, fp32 head "
+                          f"{fmt(d.get('gap_head32'))}, fp32 pass {fmt(d.get('gap_fp32'))} "
+                          f"(plain's minus this one's)")
             result["wall_s"] = round(time.time() - t0, 1)
             if suite != a.suites[-1]:       # a long run keeps the suites it has finished
                 write({**result, "command": command}, a.json, plot)

@@ -4,7 +4,8 @@ probabilities can be trusted to decide k (``python -m minidflash budget``).
 On a GPU a target pass over 16 tokens costs about one decode step; on a CPU it does not, so
 every drafted token the target checks is paid for. Two measurements size the budget:
 
-* ``curve``: t(k), the median time of one target pass over k new tokens after a cached context,
+* ``curve``: in the target's dtype (``--dtype``; bf16 where the CPU has bf16 matrix
+  instructions: the curve is nearly flat there, 1.2 decode steps for 16 tokens), t(k), the median time of one target pass over k new tokens after a cached context,
   k = 1..16, at each thread count (the counts taking turns), and one drafter call. A step that
   verifies m drafts yields E[accepted] + 1 tokens for d + t(m + 1); plain decoding yields 1 for
   t(1). llama.cpp's maintainers size drafts the same way (``llama-bench -p 1,2,..,16``).
@@ -16,7 +17,8 @@ every drafted token the target checks is paid for. Two measurements size the bud
   drafter shaped as z-lab/Qwen3-8B-DFlash-b16 (5 layers, B = 16), built with random weights: a
   pass's time depends on the shapes, not on the weights' values; on a GPU, the paper's regime.
 * ``cost --from CURVE.json --drafter DIR``: write a measured curve into the drafter's
-  ``decoding.json`` (one curve per thread count) as its default cost model (verify_cost.py;
+  ``decoding.json`` (one curve per thread count, under the curve's dtype beside the curves of
+  other dtypes) as its default cost model (verify_cost.py;
   ``--trust-weight W``: with the running correction of q; ``--tree N K``: a tree of the N best
   nodes over the per-slot top K verified by default, sized by that curve).
 """
@@ -35,7 +37,7 @@ from ..decoding import cache_kwargs, crop_cache
 from ..drafter import check_tree, load_drafter
 from ..target import chat_ids, load_target, stop_ids
 from ..verifier import speculative_generate
-from ..verify_cost import VerifyCost, costs_to_dict
+from ..verify_cost import VerifyCost, costs_from_dict, costs_to_dict
 from . import corpus
 from .bench import median_ms, take_turns
 
@@ -114,15 +116,19 @@ def costs_of(curve: dict, max_skip: int = 8, trust_weight: float = 0.0) -> dict[
             for t, c in curve["threads"].items()}
 
 
-def write_cost(drafter_dir, costs: dict[int, VerifyCost], tree: dict | None = None) -> dict:
-    """Put ``costs`` (and a default tree, when given) into drafter_dir/decoding.json, keeping its
-    other settings; atomically."""
+def write_cost(drafter_dir, costs: dict[int, VerifyCost], tree: dict | None = None,
+               dtype: str | None = None) -> dict:
+    """Put ``costs`` (by thread count, measured in ``dtype``: "float32", "bfloat16", or None for
+    any) and a default tree, when given, into drafter_dir/decoding.json, keeping its other
+    settings and the curves of other dtypes; atomically."""
     path = Path(drafter_dir) / "decoding.json"
     if not (Path(drafter_dir) / "config.json").is_file():
         raise ValueError(f"{drafter_dir} is not a drafter folder (no config.json): give the "
                          f"local folder the cost model should ship in.")
     decoding = json.loads(path.read_text()) if path.is_file() else {}
-    decoding["cost"] = costs_to_dict(costs)
+    kept = costs_from_dict(decoding["cost"]) if "cost" in decoding and dtype else {}
+    kept = {k: c for k, c in kept.items() if k[0] not in (dtype, None)}
+    decoding["cost"] = costs_to_dict({**kept, **{(dtype, t): c for t, c in costs.items()}})
     if tree:
         decoding["tree"] = check_tree(tree)
     tmp = path.with_suffix(".json.tmp")
@@ -144,7 +150,7 @@ def calibration(target, tokenizer, drafter, rows, max_new_tokens: int, block_siz
     for row in rows:
         out = speculative_generate(target, drafter, chat_ids(tokenizer, row["messages"]),
                                    max_new_tokens, block_size=B, stop_token_ids=stops,
-                                   record_steps=True, p_min=no_cut, cost=False)
+                                   record_steps=True, p_min=no_cut, cost=False, tree=False)
         for step in out.steps:
             product = 1.0
             for j, q in enumerate(step["q"]):
@@ -232,8 +238,9 @@ def main(argv=None) -> dict:
                    help="curve: a published target and drafter shape with random weights "
                         "instead of --target / --drafter")
     p.add_argument("--device", default="cpu", help="curve with --shape: where to build it")
-    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
-                   help="curve with --shape: the weights' dtype")
+    p.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
+                   help="curve and calibration: the target's (and drafter's) dtype (auto: "
+                        "target.resolve_dtype; with --shape fp32 unless given)")
     p.add_argument("--suites", nargs="+", default=["arithmetic", "code"])
     p.add_argument("--split", choices=corpus.SPLITS, default="test")
     p.add_argument("--n", type=int, default=10, help="calibration: prompts per suite")
@@ -249,7 +256,8 @@ def main(argv=None) -> dict:
         curve = json.loads(Path(a.curve).read_text())
         tree = dict(node_budget=a.tree[0], top_k=a.tree[1]) if a.tree else None
         try:
-            decoding = write_cost(a.drafter, costs_of(curve, trust_weight=a.trust_weight), tree)
+            decoding = write_cost(a.drafter, costs_of(curve, trust_weight=a.trust_weight), tree,
+                                  curve.get("dtype"))
         except ValueError as e:
             p.error(str(e))
         print(f"{a.drafter}/decoding.json: {json.dumps(decoding)[:200]}")
@@ -260,20 +268,21 @@ def main(argv=None) -> dict:
         p.error("--max-k: a curve needs passes of at least 1 and 2 tokens")
     torch.manual_seed(0)
     if a.shape:
-        target, drafter = random_pair(a.shape, a.device, getattr(torch, a.dtype))
+        dtype = "float32" if a.dtype == "auto" else a.dtype
+        target, drafter = random_pair(a.shape, a.device, getattr(torch, dtype))
         tokenizer = None
     else:
-        target, tokenizer = load_target(a.target)
+        target, tokenizer = load_target(a.target, dtype=a.dtype)
         drafter = load_drafter(a.drafter, target=target)
+    print(f"budget: the target in {str(target.dtype).replace('torch.', '')}", file=sys.stderr)
     command = "python -m minidflash budget " + " ".join(sys.argv[1:] if argv is None else argv)
     results = {"command": command,
                "target": a.target or (f"{a.shape}, random weights" if a.shape else "data/target"),
                "drafter": a.drafter or ("its drafter's shape, random weights" if a.shape
                                         else "data/drafter")}
     if a.what == "curve":
-        if a.shape:
-            results.update(device=(torch.cuda.get_device_name() if target.device.type == "cuda"
-                                   else "cpu"), dtype=a.dtype)
+        results.update(device=(torch.cuda.get_device_name() if target.device.type == "cuda"
+                               else "cpu"), dtype=str(target.dtype).replace("torch.", ""))
         results.update(context=a.context, threads=curve_by_threads(
             target, drafter, a.threads, context=a.context, max_k=a.max_k))
         for t, c in results["threads"].items():
@@ -283,7 +292,7 @@ def main(argv=None) -> dict:
         plot = plot_curve
     else:
         torch.set_num_threads(a.threads[0])
-        results.update(split=a.split, n=a.n, max_new_tokens=a.max_new_tokens, suites={})
+        results.update(dtype=str(target.dtype).replace("torch.", ""), split=a.split, n=a.n, max_new_tokens=a.max_new_tokens, suites={})
         for suite in a.suites:
             try:
                 rows = corpus.suite_prompts(suite, a.split, a.n)

@@ -47,6 +47,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from . import corpus
 from .llama_cpp_binaries import (BENCH, PLAIN, PRE_TOKENIZER_REGEX, SPECULATIVE, bench_command,
                                  convert, decode, find_binary, find_converter, parse_bench,
@@ -260,7 +262,7 @@ def minidflash_decodes(s: Setup, messages: list[dict], ours: list[int], plain: s
     r["minidflash"], same = {}, True
     for name, k, p_min in settings(s.a):
         o = speculative_generate(s.target, s.drafter, ids, s.a.max_new_tokens, block_size=k + 1,
-                                 stop_token_ids=s.stops, p_min=p_min, cost=False)
+                                 stop_token_ids=s.stops, p_min=p_min, cost=False, tree=False)
         same &= torch.equal(o.output_ids, base.output_ids)
         r["minidflash"][name] = {"tau": o.tau, "tokens": o.num_new_tokens,
                                  "tau_per_pass": o.num_new_tokens / (len(o.acceptance_lengths) + 1)}
@@ -367,7 +369,7 @@ def main(argv=None) -> dict:
     from .bench import write
 
     torch.set_num_threads(1)
-    target, tokenizer = load_target(a.target)
+    target, tokenizer = load_target(a.target, dtype=torch.float32)
     target_gguf, drafter_gguf, conversion, target_conversion = gguf_files(a, target, converter)
     drafter = load_drafter(a.drafter, target=target) if a.minidflash else None
     s = Setup(tools, target_gguf, drafter_gguf, target, tokenizer, stop_ids(tokenizer), drafter, a)

@@ -20,13 +20,25 @@ The paper's comparison (DFlash against EAGLE-3) plus what a user has without tra
     lookup:k       transformers' prompt-lookup decoding, ``generate(prompt_lookup_num_tokens=k)``
     generate       transformers' plain greedy ``generate()``
 
+Any method takes ``/fp32`` or ``/bf16``: it runs on a copy of the target in that dtype (and its
+drafter in the same dtype), so that ``plain/fp32 plain/bf16 generate/fp32 generate/bf16`` in one
+run find the fastest plain decoding this machine offers. ``/argmax``: greedy on the logits as the
+target's dtype rounds them (``fp32_ties=False``; the default decides a bf16 near-tie in fp32,
+``decoding.greedy_choice``).
+
 A drafter other than the shipped one is named with ``@PATH`` (``dflash:16@data/dflash_1000``).
 Methods run one after the other on each prompt, their order rotating prompt by prompt, so all
-see the same machine state. Reported per suite and method: tau, draft and verify ms per step,
-TPOT, speedup over plain (mean plain TPOT / mean TPOT), whether the output is identical to
-plain decoding, the drafter's depth, and tau split between looping answers (a repeated-4-gram
-share above ``metrics.LOOPING``) and the rest: loops are easy to draft and lift tau. transformers' ``generate`` gives no split of its time: its TPOT is its wall
-time less the prefill time measured for the same prompt by plain decoding, per new token.
+see the same machine state. Reported per suite and method: tau; draft, verify and other ms per
+step (the rest of a step: cache cropping, feature gathering, acceptance, Python), and the
+speedup a step would give if that rest cost nothing (tau over the two passes, in plain steps);
+TPOT, speedup over plain (mean plain TPOT / mean TPOT), over plain decoding in the method's own
+dtype, and over the fastest plain method of the run; how many outputs are identical to plain
+decoding in the same dtype, and where each other one parts from it (``divergence``: the two
+tokens' logit gap in the plain decode's own pass and in an fp32 pass over the same prefix); the
+drafter's depth, and tau split between looping answers (a repeated-4-gram share above
+``metrics.LOOPING``) and the rest: loops are easy to draft and lift tau. transformers'
+``generate`` gives no split of its time: its TPOT is its wall time less the prefill time
+measured for the same prompt by plain decoding, per new token.
 
 ``--draft-cost`` instead times one drafter call against the number of drafted tokens (1..16)
 for the AR drafter and DFlash drafters of 1, 3 and 5 layers (random weights: the cost of a
@@ -35,17 +47,20 @@ pass does not depend on them), over a cached context, as the paper's figure 3 do
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
 import torch
 from tqdm.auto import tqdm
+from transformers import DynamicCache
 
 from ..ar_drafter import ARDrafter, load_ar_drafter, make_ar_config
 from ..config import TINY_AR_DRAFTER_DIR
-from ..decoding import clock, crop_cache
+from ..decoding import cache_kwargs, clock, crop_cache
 from ..drafter import DFlashDrafter, load_drafter, make_drafter_config
+from ..settings import DecodingConfig
 from ..target import chat_ids, stop_ids
 from ..verifier import speculative_generate
 from ..verify_cost import for_threads
@@ -61,6 +76,8 @@ class Method(NamedTuple):
     top_k: int | None = None     # tree candidates per slot
     cost: bool | None = None     # verify lengths by the drafter's cost curve (None: its default)
     trust: float | None = None   # with cost: the running correction of q (VerifyCost.trust_weight)
+    dtype: str | None = None     # "float32" | "bfloat16": a copy of the target in it (None: the run's)
+    argmax: bool = False         # greedy on the target's rounded logits (fp32_ties=False)
 
 
 def parse(spec: str) -> Method:
@@ -83,6 +100,11 @@ def parse(spec: str) -> Method:
     if "cost" in opts:
         opts.remove("cost")
         values["cost"] = True
+    dtypes = [o for o in opts if o in DTYPES]
+    if len(dtypes) > 1:
+        raise ValueError(f"method {spec!r}: one dtype at most (/fp32 or /bf16)")
+    argmax = "argmax" in opts
+    opts = [o for o in opts if o not in DTYPES and o != "argmax"]
     for opt in opts:
         key = next((key for key in ("trust", "top", "p", "n") if opt.startswith(key)), None)
         try:
@@ -106,21 +128,54 @@ def parse(spec: str) -> Method:
         raise ValueError(f"method {spec!r}: /nN and /topK are for tree")
     p_min = values.get("p", 0.0 if kind in ("dflash", "ar") and k else None)
     cost = values.get("cost", False if kind in ("dflash", "ar") and k else None)
+    if argmax and kind in ("lookup", "generate"):
+        raise ValueError(f"method {spec!r}: transformers' generate takes its argmax as it is; "
+                         f"/argmax is for plain, dflash, ar and tree")
     return Method(kind, int(k) if k else (None if kind == "dflash" else 1), path or None, p_min,
-                  values.get("n"), values.get("top"), cost, values.get("trust"))
+                  values.get("n"), values.get("top"), cost, values.get("trust"),
+                  DTYPES[dtypes[0]] if dtypes else None, argmax)
 
 
-def load_method_drafters(specs, target, dflash_default=None, ar_default=None) -> dict:
-    """spec -> drafter (None for methods without one), each file loaded once."""
+DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+
+
+def load_targets(target, specs) -> dict:
+    """dtype name -> the target in it: the run's own under its dtype and under None, a copy for
+    every other dtype a method names, and an fp32 copy always (``divergence`` measures there)."""
+    own = str(target.dtype).replace("torch.", "")
+    targets = {None: target, own: target}
+    for name in {parse(s).dtype for s in specs} | {"float32"}:
+        if name not in targets:
+            targets[name] = copy.deepcopy(target).to(getattr(torch, name))
+    return targets
+
+
+def reference(spec: str, specs) -> str:
+    """The plain decoding a method's output is held against: plain in the method's dtype and
+    argmax setting when the run has it, else "plain"."""
+    m = parse(spec)
+    for other in specs:
+        o = parse(other)
+        if o.kind == "plain" and (o.dtype, o.argmax) == (m.dtype, m.argmax):
+            return other
+    return "plain"
+
+
+def load_method_drafters(specs, targets, dflash_default=None, ar_default=None) -> dict:
+    """spec -> drafter (None for methods without one), each file loaded once per dtype, in the
+    dtype of the method's target (``load_targets``; a bare model is taken as its own)."""
+    if not isinstance(targets, dict):
+        targets = load_targets(targets, specs)
     cache, out = {}, {}
     for spec in specs:
-        kind, _, path = parse(spec)[:3]
+        m = parse(spec)
+        kind, path, target = m.kind, m.path, targets[m.dtype]
         if kind in ("dflash", "tree"):
-            key = ("dflash", path or dflash_default)
+            key = ("dflash", path or dflash_default, target.dtype)
             if key not in cache:
                 cache[key] = load_drafter(key[1], target=target)
         elif kind == "ar":
-            key = ("ar", path or ar_default or str(TINY_AR_DRAFTER_DIR))
+            key = ("ar", path or ar_default or str(TINY_AR_DRAFTER_DIR), target.dtype)
             if key not in cache:
                 cache[key] = load_ar_drafter(key[1], target=target)
         else:
@@ -140,32 +195,41 @@ def _generate(target, ids, max_new_tokens, stops, lookup: int | None):
     return out[:, ids.shape[1]:], clock(ids.device) - t0
 
 
+def config_of(m: Method, drafter=None) -> DecodingConfig:
+    """The decoding settings a method names (``dflash`` alone: the drafter's decoding.json)."""
+    default = m.kind == "dflash" and not m.k
+    base = DecodingConfig.of(drafter) if default else DecodingConfig()
+    block = {"plain": 1, "dflash": m.k, "ar": (m.k or 0) + 1, "tree": m.k}[m.kind]
+    tree = {"node_budget": m.nodes, "top_k": m.top_k} if m.kind == "tree" else None
+    return base.override(block_size=block, p_min=m.p_min, cost=m.cost,
+                         tree=tree if m.kind == "tree" else (None if default else False),
+                         fp32_ties=not m.argmax)
+
+
 def decode(target, drafter, ids, max_new_tokens, stops, m: Method):
     """One greedy decode with method m (not lookup or generate): a GenerationResult."""
-    cost = m.cost
-    if cost and not getattr(drafter, "costs", None):
+    if m.cost and not getattr(drafter, "costs", None):
         raise ValueError(f"method {m.kind}:{m.k}/cost needs a drafter whose decoding.json "
                          f"carries a cost curve (`python -m minidflash budget curve`).")
-    if m.kind == "tree":
-        from ..tree import tree_generate
-        return tree_generate(target, drafter, ids, max_new_tokens, block_size=m.k,
-                             node_budget=m.nodes, top_k=m.top_k, stop_token_ids=stops,
-                             cost=for_threads(drafter.costs) if cost else None)
-    B = 1 if m.kind == "plain" else (m.k if m.kind == "dflash" else m.k + 1)
-    if cost:
-        cost = None                                  # the drafter's, for this thread count
-        if m.trust is not None:
-            cost = replace(for_threads(drafter.costs), trust_weight=m.trust)
-    return speculative_generate(target, drafter, ids, max_new_tokens, block_size=B,
-                                stop_token_ids=stops, p_min=m.p_min, cost=cost)
+    config = config_of(m, drafter)
+    if m.trust is not None:                         # the drafter's curve, corrected as it goes
+        config = replace(config, cost=replace(for_threads(drafter.costs, dtype=target.dtype),
+                                              trust_weight=m.trust))
+    return speculative_generate(target, drafter, ids, max_new_tokens, stop_token_ids=stops,
+                                config=config)
 
 
-def run_methods(target, tokenizer, rows, specs, drafters, max_new_tokens=256, progress=True) -> dict:
-    """Decode every prompt with every method (greedy); per-method figures for this suite."""
+def run_methods(targets, tokenizer, rows, specs, drafters, max_new_tokens=256,
+                progress=True) -> dict:
+    """Decode every prompt with every method (greedy); per-method figures for this suite.
+    targets: dtype name -> target (``load_targets``; a bare model is taken as its own)."""
+    if not isinstance(targets, dict):
+        targets = load_targets(targets, specs)
     stops = stop_ids(tokenizer)
     specs = ["plain"] + [s for s in specs if s != "plain"]
-    per = {s: {"tpot": [], "tau": [], "draft_ms": [], "verify_ms": [], "same": [], "correct": [],
-               "verified": [], "diverged": []} for s in specs}
+    refs = {s: reference(s, specs) for s in specs}
+    per = {s: {"tpot": [], "tau": [], "draft_ms": [], "verify_ms": [], "other_ms": [], "same": [],
+               "correct": [], "verified": [], "diverged": []} for s in specs}
     looping = []                                  # per prompt: does plain decoding's answer loop?
     for i, row in enumerate(tqdm(rows, desc="prompts", disable=not progress, leave=False)):
         ids = chat_ids(tokenizer, row["messages"])
@@ -173,6 +237,7 @@ def run_methods(target, tokenizer, rows, specs, drafters, max_new_tokens=256, pr
         results = {}
         for spec in order:
             m = parse(spec)
+            target = targets[m.dtype]
             if m.kind in ("lookup", "generate"):
                 new, wall = _generate(target, ids, max_new_tokens, stops,
                                       m.k if m.kind == "lookup" else None)
@@ -183,7 +248,7 @@ def run_methods(target, tokenizer, rows, specs, drafters, max_new_tokens=256, pr
         plain = results["plain"]["result"]
         looping.append(repeated_4gram_share(results["plain"]["new"]) > LOOPING)
         for spec in specs:
-            p, got = per[spec], results[spec]
+            p, got, ref = per[spec], results[spec], results[refs[spec]]["new"]
             if "result" in got:
                 r = got["result"]
                 steps = max(1, len(r.acceptance_lengths))
@@ -191,45 +256,86 @@ def run_methods(target, tokenizer, rows, specs, drafters, max_new_tokens=256, pr
                 p["tau"].append(r.tau)
                 p["draft_ms"].append(1e3 * r.draft_time / steps)
                 p["verify_ms"].append(1e3 * r.verify_time / steps)
+                p["other_ms"].append(1e3 * (r.decode_time - r.draft_time - r.verify_time) / steps)
                 p["verified"].append(sum(r.verified) / steps)
             else:   # generate: wall time less this prompt's prefill, per new token
                 p["tpot"].append(max(0.0, got["wall"] - plain.prefill_time) / max(1, len(got["new"])))
-            p["same"].append(got["new"] == results["plain"]["new"])
+            p["same"].append(got["new"] == ref)
             if not p["same"][-1]:
-                p["diverged"].append({"prompt": i, **divergence(target, ids, results["plain"]["new"],
-                                                                got["new"])})
+                m = parse(refs[spec])
+                p["diverged"].append({"prompt": i, **divergence(
+                    targets[m.dtype], ids, ref, got["new"], targets["float32"])})
             p["correct"].append(correct(row, tokenizer.decode(got["new"], skip_special_tokens=True)))
     mean = lambda xs: sum(xs) / len(xs) if xs else None
-    base = mean(per["plain"]["tpot"])
+    tpot = {spec: mean(p["tpot"]) for spec, p in per.items()}
+    plains = [s for s in specs if parse(s).kind in ("plain", "generate")]
+    fastest = min(plains, key=tpot.get)
     out = {}
     for spec, p in per.items():
         checks = [c for c in p["correct"] if c is not None]
         split = {f"tau_{name}": mean([t for t, loop in zip(p["tau"], looping) if loop == want])
                  for name, want in (("looping", True), ("not_looping", False))} if p["tau"] else {}
         drafter = drafters.get(spec)
+        gaps = [d["gap_fp32"] for d in p["diverged"] if d.get("gap_fp32") is not None]
+        passes = (mean(p["draft_ms"]) or 0) + (mean(p["verify_ms"]) or 0)    # ms a step
         out[spec] = {"tau": mean(p["tau"]), **split, "draft_ms_per_step": mean(p["draft_ms"]),
-                     "verify_ms_per_step": mean(p["verify_ms"]), "tpot_ms": 1e3 * mean(p["tpot"]),
+                     "verify_ms_per_step": mean(p["verify_ms"]),
+                     "other_ms_per_step": mean(p["other_ms"]), "tpot_ms": 1e3 * tpot[spec],
+                     # tau / (draft + t(m)) in plain steps: the speedup if the rest cost nothing
+                     "passes_only_speedup": (mean(p["tau"]) * 1e3 * tpot[refs[spec]] / passes
+                                             if passes and p["tau"] else None),
+                     "tokens_per_s": 1 / tpot[spec],
                      "verified_per_step": mean(p["verified"]),
-                     "speedup": base / mean(p["tpot"]), "identical": all(p["same"]),
+                     "speedup": tpot["plain"] / tpot[spec],
+                     "reference": refs[spec],
+                     "speedup_same_dtype": tpot[refs[spec]] / tpot[spec],
+                     "speedup_vs_fastest_plain": tpot[fastest] / tpot[spec],
+                     "identical": all(p["same"]), "identical_count": sum(p["same"]),
                      "divergences": p["diverged"],
+                     "max_fp32_gap": max(map(abs, gaps)) if gaps else None,
                      "accuracy": mean(checks) if checks else None,
+                     "dtype": str(targets[parse(spec).dtype].dtype).replace("torch.", ""),
                      "layers": None if drafter is None else drafter.config.num_hidden_layers}
-    return {"prompts": len(rows), "looping_prompts": sum(looping), "methods": out}
+    return {"prompts": len(rows), "looping_prompts": sum(looping), "fastest_plain": fastest,
+            "methods": out}
 
 
-@torch.no_grad()
-def divergence(target, ids, plain: list, other: list) -> dict:
-    """Where two greedy outputs part: the first differing new token, both tokens, and the gap
-    between their logits in one full forward pass over the prompt and the common prefix. A gap
-    of ~1e-5 is a near-tie that float rounding decides: a token's keys and values computed inside
-    a verify block round differently from the same token's computed alone."""
+@torch.inference_mode()
+def divergence(target, ids, plain: list, other: list, fp32_target=None) -> dict:
+    """Where two greedy outputs part: the first differing new token j, both tokens, and the gap
+    between their logits (plain's minus the other's):
+
+    gap         in the pass that chose plain's token: plain decoding re-run to token j, one
+                token a pass, in the target's dtype (a bf16 target: its logits as rounded)
+    gap_head32  the same pass's final hidden state through the lm_head in fp32: what the
+                default greedy choice read (``decoding.greedy_choice``); None for fp32
+    gap_fp32    one pass of ``fp32_target`` (the same weights in fp32) over the prompt and the
+                common prefix: the gap of exact arithmetic
+    A gap near 0 is a near-tie that rounding decides: a token computed inside a verify block
+    rounds differently from the same token computed alone. A wrong acceptance rule shows up as
+    a large gap (the target never chose that token)."""
     j = next((k for k, (a, b) in enumerate(zip(plain, other)) if a != b), min(len(plain), len(other)))
     if j == len(plain) or j == len(other):          # one stopped where the other went on
         return {"token": j, "plain": None, "method": None, "gap": None}
-    prefix = torch.cat([ids, torch.tensor([plain[:j]], dtype=ids.dtype, device=ids.device)], 1)
-    logits = target(prefix, logits_to_keep=1).logits[0, -1].float()
-    return {"token": j, "plain": plain[j], "method": other[j],
-            "gap": float(logits[plain[j]] - logits[other[j]])}
+    pair = [plain[j], other[j]]
+    gap = lambda z: float(z[0] - z[1])
+    cache = DynamicCache()                           # plain decoding, as speculative_generate runs it
+    out = target(input_ids=ids, **cache_kwargs(target, cache), output_hidden_states=True,
+                 logits_to_keep=1)
+    for k in range(j):
+        pos = torch.tensor([[ids.shape[1] + k]], device=ids.device)
+        out = target(input_ids=torch.tensor([[plain[k]]], device=ids.device), position_ids=pos,
+                     **cache_kwargs(target, cache), output_hidden_states=True)
+    head = target.get_output_embeddings()
+    row = {"token": j, "plain": plain[j], "method": other[j],
+           "gap": gap(out.logits[0, -1, pair].float()), "gap_head32": None, "gap_fp32": None}
+    if head.weight.dtype != torch.float32:
+        h = out.hidden_states[-1][0, -1].float()
+        row["gap_head32"] = gap(head.weight[pair].float() @ h)
+    if fp32_target is not None:
+        prefix = torch.cat([ids, torch.tensor([plain[:j]], dtype=ids.dtype, device=ids.device)], 1)
+        row["gap_fp32"] = gap(fp32_target(prefix, logits_to_keep=1).logits[0, -1, pair].float())
+    return row
 
 
 @torch.no_grad()

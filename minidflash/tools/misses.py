@@ -63,7 +63,8 @@ def misses(target, tokenizer, drafter, rows: list[dict], max_new_tokens: int,
         question = words_of(row["messages"])
         out = speculative_generate(target, drafter, chat_ids(tokenizer, row["messages"]),
                                    max_new_tokens, block_size=block_size,
-                                   stop_token_ids=stop_ids(tokenizer), record_steps=True)
+                                   stop_token_ids=stop_ids(tokenizer), record_steps=True,
+                                   tree=False)
         lengths += out.acceptance_lengths
         for step in out.steps:
             text = tokenizer.decode([step["target"][0]])
@@ -100,12 +101,14 @@ def main(argv=None) -> dict:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--block-size", type=int, default=None, help="(default: the drafter's own)")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
+                   help="the target's and drafter's dtype (auto: target.resolve_dtype)")
     p.add_argument("--json", default=None, help="write the result here too")
     a = p.parse_args(argv)
     if a.n < 1:
         raise SystemExit(f"--n {a.n}: decode at least one prompt of each suite")
     torch.set_num_threads(a.threads)
-    target, tokenizer = load_target(a.target)
+    target, tokenizer = load_target(a.target, dtype=a.dtype)
     drafter = load_drafter(a.drafter, target=target)
     result = {"command": "python -m minidflash misses " + " ".join(sys.argv[1:] if argv is None else argv), "n": a.n,
               "max_new_tokens": a.max_new_tokens, "block_size": a.block_size,

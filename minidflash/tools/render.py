@@ -1,6 +1,7 @@
 """Showing a decode: which tokens the drafter got right, with token boundaries you can see.
 
-One renderer for the demo (terminal), and the notebooks (HTML). Spaces are shown as ``␣``,
+One renderer for the demo (terminal), and the notebooks (HTML); below it, the pictures and
+tables notebook 13 draws (trees of drafts, the methods' speed by suite). Spaces are shown as ``␣``,
 newlines as ``↵`` (followed by a real line break), tabs as ``⇥``, other control characters as
 their Unicode control pictures (form feed ``␌``, ...), so a reader sees exactly where one
 token ends and the next begins. Tokens that were drafted and accepted are marked;
@@ -73,3 +74,160 @@ def legend(mode: str = "plain") -> str:
               if mode == "ansi" else f"{OPEN}drafted{SEP}and{SEP}accepted{CLOSE} (│ between tokens)")
     return (f"{marked}; unmarked: the target's own token\n(the first one, and the bonus token "
             f"that ends each verify step); \u2423 space, \u21b5 newline")
+
+
+# ------------------------------------------------------------------------------------------------
+# Notebook 13's pictures and tables (matplotlib's pyplot, imported when one is drawn)
+# ------------------------------------------------------------------------------------------------
+def tree_rows(step: dict) -> tuple[dict, dict]:
+    """A recorded tree step's layout: node -> row (a node takes its parent's row if it is the
+    parent's first child, else a new row) and node -> depth; node 0 is the root."""
+    rows, taken = {0: 0}, set()
+    for i, p in enumerate(step["parents"]):
+        rows[i + 1] = rows[p + 1] if p + 1 not in taken else max(rows.values()) + 1
+        taken.add(p + 1)
+    return rows, {0: 0, **{i + 1: d for i, d in enumerate(step["depths"])}}
+
+
+def draw_tree(ax, step: dict, title: str, label, block_size: int) -> None:
+    """One verified tree on ``ax``: its nodes' tokens (``label(token_id)``), the path the target
+    took in green, its bonus token dashed blue. step: {"root", "tokens", "parents", "depths",
+    "path", "bonus"}."""
+    rows, depth = tree_rows(step)
+    on_path = {0, *step["path"]}
+    for i, p in enumerate(step["parents"]):
+        a, b = p + 1, i + 1
+        ax.plot([depth[a], depth[b]], [-rows[a], -rows[b]], zorder=1,
+                color="tab:green" if b in on_path else "grey", lw=2 if b in on_path else 0.8)
+    texts = {0: label(step["root"]), **{i + 1: label(t) for i, t in enumerate(step["tokens"])}}
+    for node, text in texts.items():
+        style = dict(boxstyle="round,pad=0.25", fc="#cdf2c8" if node in on_path else "white",
+                     ec="tab:green" if node in on_path else "grey")
+        ax.text(depth[node], -rows[node], text, ha="center", va="center", fontsize=9, bbox=style,
+                zorder=2)
+    last = step["path"][-1] if step["path"] else 0
+    ax.plot([depth[last], depth[last] + 1], [-rows[last]] * 2, color="tab:blue", ls="--", lw=1)
+    ax.text(depth[last] + 1, -rows[last], label(step["bonus"]), ha="center", va="center",
+            fontsize=9, bbox=dict(boxstyle="round,pad=0.25", fc="#dbe9f6", ec="tab:blue", ls="--"),
+            zorder=2)
+    top = max(rows.values())
+    ax.set(title=title, xlim=(-0.6, block_size + 0.6), ylim=(-top - 0.6, 0.6), yticks=[],
+           xticks=range(0, block_size + 1))
+    ax.set_xlabel("depth (slot j; 0 is the root, the last committed token)", fontsize=8)
+    for spine in ("left", "right", "top"):
+        ax.spines[spine].set_visible(False)
+
+
+def tree_figure(steps: list[dict], shown: list[int], label, block_size: int):
+    """The trees of the steps ``shown``, one above the other."""
+    import matplotlib.pyplot as plt
+
+    heights = [max(tree_rows(steps[k])[0].values()) + 1.5 for k in shown]
+    fig, axes = plt.subplots(len(shown), 1, figsize=(12, 1.4 + 0.85 * sum(heights)),
+                             gridspec_kw={"height_ratios": heights})
+    for ax, k in zip(axes, shown):
+        s = steps[k]
+        draw_tree(ax, s, f"step {k + 1}: {len(s['tokens'])} nodes; green: the path the target "
+                         f"took ({len(s['path'])} accepted), dashed blue: its bonus token",
+                  label, block_size)
+    fig.tight_layout()
+    return fig
+
+
+def short(method: str) -> str:
+    """A method's name without the data/ of its drafter's path."""
+    return method.replace("@data/", "@")
+
+
+def verified(method: str, r: dict):
+    """Drafts sent to the target per step (older tree runs left it out: their whole budget)."""
+    from .methods import parse
+
+    m, v = parse(method), r.get("verified_per_step")
+    return float(m.nodes) if m.kind == "tree" and not v else v
+
+
+def methods_table(one: dict, two: dict | None, title: str) -> None:
+    """Print a ``bench --methods`` run (one thread) beside another (two threads): per suite and
+    method, tau, drafts verified a step, both speedups and whether the output is identical."""
+    import textwrap
+
+    print(title)
+    for command in one["commands"] if "commands" in one else [one["command"]]:
+        print(textwrap.fill(command, 98, subsequent_indent="    ", break_on_hyphens=False))
+    for suite, s in one["suites"].items():
+        names = [m for m, r in s["methods"].items() if r.get("tau") is not None]
+        other = two["suites"].get(suite, {}).get("methods", {}) if two else {}
+        w = max(map(len, ["method"] + [short(m) for m in names])) + 2
+        print(f"\n{suite}: {s.get('prompts_used') or str(s.get('prompts')) + ' prompts'}")
+        print(f"  {'method':<{w}}{'tau':>6}{'verified/step':>15}{'speedup 1 thr':>15}{'2 thr':>8}"
+              "  identical")
+        for m in names:
+            r, v = s["methods"][m], verified(m, s["methods"][m])
+            r2 = other.get(m, {}).get("speedup")
+            same = r.get("identical") and other.get(m, {}).get("identical", True)
+            v = "-" if v is None else f"{v:.1f}"
+            r2 = "-" if r2 is None else f"{r2:.2f}x"
+            print(f"  {short(m):<{w}}{r['tau']:>6.2f}{v:>15}{r['speedup']:>14.2f}x{r2:>8}  "
+                  f"{'yes' if same else 'NO'}")
+
+
+def _bars(suites, height):
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(suites), figsize=(12, height), sharey=True, squeeze=False)
+    return fig, axes[0]
+
+
+def _finish(fig, axes, height, title=None):
+    axes[0].invert_yaxis()                        # shared: once, the first method on top
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0.35 / height, 1, 1))
+
+
+def speed_figure(one: dict, two: dict | None, title: str):
+    """Speedup over plain by method, a panel per suite, one thread and two side by side."""
+    import matplotlib.pyplot as plt
+
+    suites = list(one["suites"])
+    height = 2.2 + 0.3 * max(len(s["methods"]) for s in one["suites"].values())
+    fig, axes = _bars(suites, height)
+    for ax, suite in zip(axes, suites):
+        names = [m for m, r in one["suites"][suite]["methods"].items() if r.get("tau") is not None]
+        ys = range(len(names))
+        got = one["suites"][suite]["methods"]
+        ax.barh([y - 0.2 for y in ys], [got[m]["speedup"] for m in names], 0.4, color="C0",
+                label="1 thread")
+        if two:
+            got = two["suites"].get(suite, {}).get("methods", {})
+            ax.barh([y + 0.2 for y in ys], [got.get(m, {}).get("speedup", 0) for m in names], 0.4,
+                    color="C1", label="2 threads")
+        ax.axvline(1, color="k", lw=0.8)
+        ax.set(title=suite, xlabel="speedup over plain")
+        ax.xaxis.set_major_locator(plt.MaxNLocator(4))
+        ax.set_yticks(list(ys), [short(m) for m in names], fontsize=8)
+    _finish(fig, axes, height, title)
+    return fig
+
+
+def projection_figure(proj: dict):
+    """proj: suite -> {method: (tau, CPU projection, GPU projection)} (cost.project): the same
+    tau priced on this CPU and on the paper's GPU, a panel per suite."""
+    height = 2.2 + 0.3 * max(len(per) for per in proj.values())
+    fig, axes = _bars(list(proj), height)
+    for ax, (suite, per) in zip(axes, proj.items()):
+        names = [m for m in per if m != "plain"]
+        ys = range(len(names))
+        ax.barh([y - 0.2 for y in ys], [per[m][1]["speedup"] for m in names], 0.4, color="C0",
+                label="this CPU (measured costs)")
+        ax.barh([y + 0.2 for y in ys], [per[m][2]["speedup"] for m in names], 0.4, color="C2",
+                label="the paper's GPU (verify = 1 step)")
+        ax.axvline(1, color="k", lw=0.8)
+        ax.set_yticks(list(ys), [short(m) for m in names], fontsize=8)
+        ax.set(title=f"{suite}: the same tau, two price lists",
+               xlabel="projected speedup over plain")
+    _finish(fig, axes, height)
+    return fig

@@ -94,7 +94,7 @@ def main(argv=None) -> dict:
     a = p.parse_args(argv)
     old = extendable(a) if a.extend else None
     torch.set_num_threads(a.threads)
-    target, tokenizer = load_target(a.target)
+    target, tokenizer = load_target(a.target, dtype=torch.float32)   # as its results were made
     drafter = load_drafter(a.drafter, target=target)
     rows = {s: corpus.read_jsonl(PROMPTS_DIR / f"{s}.jsonl")[: a.n] for s in a.suites}
     states = []

@@ -237,7 +237,7 @@ def main(argv=None) -> dict:
     if answers_dir is not None:               # shard i: (folder, its shard number)
         shards = kept[:len(shards)]
     cfg = TrainConfig(**args)
-    target, tokenizer = load_target(target_name)
+    target, tokenizer = load_target(target_name, dtype=torch.float32)   # bf16 copies: --feature-dtype
 
     def data_for(progress=True, mine=None):
         if target_name is None:
