@@ -4,6 +4,7 @@ import re
 import subprocess
 
 import pytest
+import torch
 
 from minidflash.config import PROMPTS_DIR
 from minidflash.tools import chat_prompts as cp
@@ -339,7 +340,8 @@ def cli_run(monkeypatch, argv):
 
     seen = {}
     target = SimpleNamespace(config=SimpleNamespace(num_hidden_layers=30))
-    monkeypatch.setattr(td, "load_target", lambda name=None: (seen.update(target=name), (target, None))[1])
+    load = lambda name=None, dtype="auto": (seen.update(target=name, dtype=dtype), (target, None))[1]
+    monkeypatch.setattr(td, "load_target", load)
     monkeypatch.setattr(td, "distributed", lambda t: (0, 1))
     monkeypatch.setattr(td, "tiny_training_data", lambda *a, **k: (seen.update(tiny=k), [])[1])
     monkeypatch.setattr(td, "chat_training_data", lambda *a, **k: (seen.update(chat=k), [])[1])
@@ -355,6 +357,7 @@ def test_tiny_target_commands_are_unchanged(monkeypatch):
 
     seen = cli_run(monkeypatch, "--num-layers 1 --steps 3000 --lr 1.5e-3".split())
     assert seen["target"] is None and "chat" not in seen
+    assert seen["dtype"] == torch.float32          # features in fp32; bf16 copies by --feature-dtype
     assert seen["cfg"] == TrainConfig(num_layers=1, steps=3000, lr=1.5e-3, out=str(TINY_DRAFTER_DIR))
     assert seen["tiny"] == {"seed": 0, "progress": True, "n_arithmetic": 4000, "n_code": 1000,
                             "max_new_tokens": 256}
