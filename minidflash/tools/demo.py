@@ -57,8 +57,11 @@ def introduction(block_size: int, mode: str, threads: int, dtype: str = "float32
         f"DFlash: the drafter proposes {block_size - 1} tokens in ONE pass; the target checks them in",
         "ONE pass and keeps the longest prefix it agrees with, plus one token of its own.",
         "tau = tokens committed per target pass (1 for plain decoding, at most the block size).",
-        "The answers are the tiny target's own: often wrong, and exactly what plain decoding writes",
-        "(DFlash is lossless; each answer is checked token for token against plain decoding).",
+        *(["The answers are the target's own, exactly what plain decoding writes (DFlash is",
+           "lossless; each answer is checked token for token against plain decoding)."]
+          if dtype == "float32" else
+          ["The answers are the target's own choices; each is checked against plain decoding in",
+           f"{dtype}, which may part from it at a near-tie (then shown with its fp32 gap)."]),
         f"Marks: {legend(mode)}.",
         f"Target and drafter in {dtype} (--dtype; auto: bf16 where this CPU has bf16 matrix units",
         "and the model is large enough to gain, fp32 elsewhere).",
