@@ -51,6 +51,7 @@ import weakref
 from pathlib import Path
 
 import torch
+from einops import rearrange
 from torch import nn
 from transformers import DynamicCache, Qwen3Config
 from transformers.models.qwen3.modeling_qwen3 import (Qwen3MLP, Qwen3RMSNorm,
@@ -149,10 +150,10 @@ class DrafterAttention(nn.Module):
         # key_mask: (N, S) context keys a ragged batch may see (cached + new), or None: all
         N, Q, _ = x.shape
         C, D = c.shape[1], self.head_dim
-        heads = lambda t, h: t.view(N, -1, h, D).transpose(1, 2)              # (N, h, T, D)
-        q = self.q_norm(heads(self.q_proj(x), self.n_heads))                   # (N, Hq, Q, D)
-        k = self.k_norm(heads(self.k_proj(torch.cat([c, x], 1)), self.n_kv_heads))  # (N, Hkv, C+Q, D)
-        v = heads(self.v_proj(torch.cat([c, x], 1)), self.n_kv_heads)          # (N, Hkv, C+Q, D)
+        heads = lambda t: rearrange(t, "n t (h d) -> n h t d", d=D)            # (N, h, T, D)
+        q = self.q_norm(heads(self.q_proj(x)))                                 # (N, Hq, Q, D)
+        k = self.k_norm(heads(self.k_proj(torch.cat([c, x], 1))))              # (N, Hkv, C+Q, D)
+        v = heads(self.v_proj(torch.cat([c, x], 1)))                           # (N, Hkv, C+Q, D)
         q = apply_rope(q, cos[:, C:], sin[:, C:])
         k = apply_rope(k, cos, sin)
         k_ctx, k_blk = k[:, :, :C], k[:, :, C:]
@@ -165,7 +166,7 @@ class DrafterAttention(nn.Module):
             key_mask = torch.cat([key_mask, key_mask.new_ones(N, Q)], 1)       # (N, S+Q)
         out = attend(q, k, v, anchors, k_ctx.shape[2], block_size or Q, backend,
                      key_mask=key_mask)                                        # (N, Hq, Q, D)
-        return self.o_proj(out.transpose(1, 2).reshape(N, Q, -1))
+        return self.o_proj(rearrange(out, "n h q d -> n q (h d)"))
 
 
 class DrafterLayer(nn.Module):
