@@ -138,7 +138,9 @@ def _cost(target, drafter, settings: DecodingConfig) -> VerifyCost | None:
     return for_threads(drafter.costs, dtype=target.dtype)
 
 
-def _validate(target, drafter, input_ids, max_new_tokens, block_size, temperature, p_min=0.0):
+def _validate(target, drafter, input_ids, max_new_tokens, block_size):
+    """What the settings cannot check alone (DecodingConfig checks its own fields): the prompt,
+    the length, and the block against this drafter and target."""
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.dtype != torch.long:
         raise ValueError("input_ids must be a (N, S) LongTensor of token ids, e.g. "
                          "tokenizer(text, return_tensors='pt')['input_ids'].")
@@ -147,13 +149,6 @@ def _validate(target, drafter, input_ids, max_new_tokens, block_size, temperatur
                          "generation prompt).")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}.")
-    if not isinstance(temperature, (int, float)) or not 0 <= temperature < float("inf"):
-        raise ValueError(f"temperature must be a finite number >= 0 (0 is greedy), got "
-                         f"{temperature!r}.")
-    if not isinstance(p_min, (int, float)) or not 0 <= p_min < 1:
-        raise ValueError(f"p_min must be in [0, 1) (0 verifies every drafted token), got {p_min!r}.")
-    if not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be an integer >= 1 (1 is plain decoding), got {block_size!r}.")
     vocab = target.get_input_embeddings().weight.shape[0]
     if int(input_ids.min()) < 0 or int(input_ids.max()) >= vocab:
         raise ValueError(f"input_ids hold ids outside the target's vocabulary 0..{vocab - 1}: "
@@ -201,8 +196,8 @@ def speculative_generate(target, drafter: DFlashDrafter | None, input_ids: torch
                                           generator=generator, config=config, **given)
     settings = _settings(target, drafter, config, **given)
     block_size, temperature, p_min = settings.block_size, settings.temperature, settings.p_min
-    record_steps, fp32_ties, cost = settings.record_steps, settings.fp32_ties, None
-    _validate(target, drafter, input_ids, max_new_tokens, block_size, temperature, p_min)
+    record_steps, fp32_ties = settings.record_steps, settings.fp32_ties
+    _validate(target, drafter, input_ids, max_new_tokens, block_size)
     cost = _cost(target, drafter, settings)
     if settings.tree:
         return tree_generate(target, drafter, input_ids, max_new_tokens, block_size,
@@ -349,7 +344,7 @@ def speculative_generate_batch(target, drafter: DFlashDrafter | None, input_ids:
                          cost=cost, tree=tree, fp32_ties=fp32_ties)
     block_size, temperature, p_min = settings.block_size, settings.temperature, settings.p_min
     record_steps, fp32_ties = settings.record_steps, settings.fp32_ties
-    _validate(target, drafter, input_ids, max_new_tokens, block_size, temperature, p_min)
+    _validate(target, drafter, input_ids, max_new_tokens, block_size)
     cost = _cost(target, drafter, settings)
     mask = _validate_batch(drafter, input_ids, attention_mask, block_size)   # (N, S) bool
     B, device = block_size, input_ids.device

@@ -20,6 +20,7 @@ from ..drafter import DFlashDrafter, load_drafter, make_drafter_config
 from ..target import chat_ids, load_target, stop_ids
 from ..verifier import speculative_generate
 from . import corpus
+from .methods import divergence, load_targets
 from .render import legend, render
 
 RULE = "=" * 100
@@ -36,13 +37,13 @@ def get_drafter(name_or_path, target, tokenizer):
     return load_drafter(name_or_path, target=target)
 
 
-def check_parting(target, ids, plain: list, other: list) -> None:
-    """An output that parts from plain decoding: say where and at what fp32 gap; stop unless the
-    target is not fp32 and the two tokens are a near-tie (fp32 gap below 0.5)."""
-    from .methods import divergence, load_targets
+def check_parting(target, ids, plain: list, other: list, fp32=None) -> None:
+    """An output that parts from plain decoding: say where and at what gap in ``fp32`` (the
+    target's fp32 copy); stop unless the target is not fp32 and the two tokens are a near-tie
+    (fp32 gap below 0.5)."""
     if target.dtype == torch.float32:
         raise SystemExit("output differs from plain decoding in fp32: losslessness is broken")
-    d = divergence(target, ids, plain, other, load_targets(target, [])["float32"])
+    d = divergence(target, ids, plain, other, fp32)
     gap = d["gap_fp32"]
     print(f"parts from plain {str(target.dtype).replace('torch.', '')} decoding at new token "
           f"{d['token']}: logit gap {d['gap']:.3f} in the plain pass, {gap:.3f} in an fp32 pass")
@@ -81,6 +82,7 @@ def demo(args) -> None:
     B = args.block_size or drafter.block_size
     print(introduction(B, mode, torch.get_num_threads(), str(target.dtype).replace("torch.", "")))
     base_t = spec_t = 0.0
+    fp32 = None                                   # the target in fp32, for a bf16 parting's gap
     taus = []
     # warm-up, so the first timed prompt does not pay for one-off allocations
     speculative_generate(target, drafter, chat_ids(tokenizer, rows[0]["messages"]), 8)
@@ -103,7 +105,8 @@ def demo(args) -> None:
               f"({torch.get_num_threads()} thread)  identical to plain decoding: {same}")
         print(RULE)
         if not same:
-            check_parting(target, ids, plain.new_ids.tolist(), spec.new_ids.tolist())
+            fp32 = fp32 or load_targets(target, [])["float32"]      # one copy, when first needed
+            check_parting(target, ids, plain.new_ids.tolist(), spec.new_ids.tolist(), fp32)
     print(f"{len(rows)} prompts from {args.suite}: mean tau {sum(taus) / len(taus):.2f}, "
           f"speedup {base_t / spec_t:.2f}x (mean plain TPOT / mean DFlash TPOT, "
           f"{torch.get_num_threads()} torch thread(s))")
