@@ -3,6 +3,8 @@
     demo           speculative-decode a few held-out prompts, show what the drafter got right
     bench          plain vs DFlash over prompt suites, one process (tau, speedup, identity)
     train          train a DFlash drafter for the tiny target (the paper's recipe)
+    prompts        a file of training prompts of one kind (Magpie requests the target writes,
+                   reasoning-gym's code tasks and math), none sharing 8 words with a suite
     answers        a target's answers to the training prompts, kept as token ids (llama.cpp's
                    server several at a time, or torch), for train --answers
     train-target   train the tiny Qwen3 target and its tokenizer
@@ -26,21 +28,22 @@ from __future__ import annotations
 import importlib
 import sys
 
-COMMANDS = {  # command -> (module in minidflash.tools, keyword arguments of its main)
-    "demo": ("demo", {}),
-    "bench": ("bench", {}),
-    "train": ("train_drafter", {}),
-    "answers": ("answers", {}),
-    "train-target": ("tiny_target", {}),
-    "eval-target": ("tiny_target", {"evaluate_only": True}),
-    "ablations": ("ablations", {}),
-    "parity": ("parity", {}),
-    "bench-kernel": ("bench_kernel", {}),
-    "suites": ("suites", {}),
-    "tau-curve": ("tau_curve", {}),
-    "misses": ("misses", {}),
-    "budget": ("budget", {}),
-    "llama-cpp": ("llama_cpp", {}),
+COMMANDS = {  # command -> (module under minidflash.tools, keyword arguments of its main)
+    "demo": ("measure.demo", {}),
+    "bench": ("measure.bench", {}),
+    "train": ("make_data.train_drafter", {}),
+    "prompts": ("make_data.prompts", {}),
+    "answers": ("make_data.answers", {}),
+    "train-target": ("make_data.tiny_target", {}),
+    "eval-target": ("make_data.tiny_target", {"evaluate_only": True}),
+    "ablations": ("measure.ablations", {}),
+    "parity": ("measure.parity", {}),
+    "bench-kernel": ("measure.bench_kernel", {}),
+    "suites": ("make_data.suites", {}),
+    "tau-curve": ("measure.tau_curve", {}),
+    "misses": ("measure.misses", {}),
+    "budget": ("measure.budget", {}),
+    "llama-cpp": ("engines.llama_cpp", {}),
 }
 
 

@@ -78,6 +78,7 @@ import math
 import types
 
 import torch
+from einops import einsum, rearrange
 
 try:
     import triton
@@ -102,18 +103,17 @@ def block_attention_reference(q, k, v, anchors, num_context, block_size, scale=N
     q's dtype. Unlike the kernel, which keeps each tile of scores on chip, it writes the full
     n*B x (S + n*B) score matrix and reads it back four times, however little of it is visible.
     """
-    N, Hq, nB, D = q.shape
-    group = Hq // k.shape[1]
-    scale = D ** -0.5 if scale is None else scale
-    mask = dense_mask(anchors, num_context, block_size)                 # (N, 1, n*B, S+n*B)
+    group = q.shape[1] // k.shape[1]                                    # query heads per kv head
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    mask = dense_mask(anchors, num_context, block_size)[:, :, None]     # (N, 1, 1, n*B, S+n*B)
     fp = torch.promote_types(q.dtype, torch.float32)                    # fp32, or fp64 if given
-    k = k.to(fp).repeat_interleave(group, dim=1)                        # (N, Hq, S+n*B, D)
-    v = v.to(fp).repeat_interleave(group, dim=1)                        # (N, Hq, S+n*B, D)
-    scores = q.to(fp) @ k.mT * scale                                    # (N, Hq, n*B, S+n*B)
+    qg = rearrange(q.to(fp), "N (Hkv g) L D -> N Hkv g L D", g=group)   # heads by the kv head read
+    scores = einsum(qg, k.to(fp), "N Hkv g L D, N Hkv S D -> N Hkv g L S") * scale
     scores = scores.masked_fill(~mask, float("-inf"))                   # read, written again
     p = torch.softmax(scores, dim=-1)                                   # read, written again
     p = torch.where(mask.any(-1, keepdim=True), p, 0.0)                 # a row that sees nothing: 0
-    return (p @ v).to(q.dtype)                                          # read: (N, Hq, n*B, D)
+    out = einsum(p, v.to(fp), "N Hkv g L S, N Hkv S D -> N Hkv g L D")  # read: (n*B, S+n*B) each
+    return rearrange(out, "N Hkv g L D -> N (Hkv g) L D").to(q.dtype)   # (N, Hq, n*B, D)
 
 
 # --- The kernels: pointers t_x, with stride_x the strides of x's first three dims -----------

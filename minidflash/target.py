@@ -2,7 +2,7 @@
 
 DFlash drafts for a *fixed, frozen* target. minidflash talks to it only through transformers'
 ``AutoModelForCausalLM`` and a tokenizer with a chat template, so the shipped tiny Qwen3
-(``data/target``, built by ``minidflash.tools.tiny_target``), ``Qwen/Qwen3-8B`` and a Llama such
+(``data/target``, built by ``minidflash.tools.make_data.tiny_target``), ``Qwen/Qwen3-8B`` and a Llama such
 as ``HuggingFaceTB/SmolLM2-135M-Instruct`` go through the same four functions: ``load_target``,
 ``chat_ids`` (the prompt in non-thinking mode, as the published drafters were trained),
 ``stop_ids`` and ``mask_token_id`` (the block's placeholder token).

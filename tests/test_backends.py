@@ -133,7 +133,7 @@ def test_package_imports_and_decodes_without_triton():
     run = run_without_triton("""
 import warnings, torch
 from minidflash import attention, drafter, trainer, verifier, ar_drafter   # noqa: F401
-from minidflash.tools import bench, methods                                # noqa: F401
+from minidflash.tools.measure import bench, methods                                # noqa: F401
 from tests.helpers import random_drafter, tiny_target
 assert not attention.triton_available() and attention.default_backend("cuda", training=True) == "sdpa"
 try:

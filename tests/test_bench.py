@@ -9,7 +9,8 @@ import torch
 from minidflash.config import PROMPTS_DIR, TINY_AR_DRAFTER_DIR
 from minidflash.drafter import load_drafter
 from minidflash.target import load_target
-from minidflash.tools import bench, corpus, methods
+from minidflash.tools.measure import bench, methods
+from minidflash.tools.make_data import corpus
 
 
 @pytest.fixture(scope="module")

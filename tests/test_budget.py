@@ -9,7 +9,8 @@ import torch
 
 from minidflash.drafter import load_drafter
 from minidflash.target import chat_ids, load_target, stop_ids
-from minidflash.tools import budget, corpus
+from minidflash.tools.measure import budget
+from minidflash.tools.make_data import corpus
 from minidflash.verifier import speculative_generate
 from minidflash.verify_cost import VerifyCost
 from tests.helpers import random_drafter, tiny_target

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from minidflash.config import PROMPTS_DIR
-from minidflash.tools import chat_prompts as cp
-from minidflash.tools import word_problems as wp
-from minidflash.tools.corpus import read_jsonl
-from minidflash.tools.suites import HUMANEVAL_TEMPLATE, MATH_SUFFIX
+from minidflash.tools.make_data import chat_prompts as cp
+from minidflash.tools.make_data import word_problems as wp
+from minidflash.tools.make_data.corpus import read_jsonl
+from minidflash.tools.make_data.suites import HUMANEVAL_TEMPLATE, MATH_SUFFIX
 
 SUITES = ["gsm8k", "math500", "humaneval", "mtbench", "arithmetic", "code"]
 HUMANEVAL_RE = re.compile(re.escape(HUMANEVAL_TEMPLATE).replace(re.escape("{prompt}"), "(.*)"), re.S)
@@ -224,10 +224,11 @@ def test_the_kept_answers_are_answers_to_these_prompts():
     """Every answers folder in data/ (smollm2_answers, smollm2_stories) was made from
     chat_training_prompts with its recorded recipe: every shard's prompts still hash to what the
     shard records (adding a kind must not move them)."""
+    import hashlib
     import json
 
     from minidflash.config import DATA_DIR
-    from minidflash.tools import answers
+    from minidflash.tools.make_data import answers
 
     folders = sorted(DATA_DIR.glob(f"*/{answers.MANIFEST}"))
     assert DATA_DIR / "smollm2_answers" / answers.MANIFEST in folders
@@ -241,6 +242,10 @@ def test_the_kept_answers_are_answers_to_these_prompts():
                                                r.get("n_symbolic", 0), r.get("n_wide", 0))
         except (subprocess.CalledProcessError, OSError) as e:   # no PyPI: no sdists here
             pytest.skip(f"prose texts unavailable: {e}")
+        if "prompts" in r:                 # and the prompt files, as named and hashed
+            files = [DATA_DIR / "train_prompts" / name for name in r["prompts"]]
+            assert {f.name: hashlib.sha1(f.read_bytes()).hexdigest()[:12] for f in files} == r["prompts"]
+            prompts += answers.file_prompts([str(f) for f in files])
         for s, shard in manifest["shards"].items():
             assert answers.prompts_key(prompts[int(s)::r["shards"]]) == shard["prompts_key"], (path, s)
 
@@ -336,7 +341,7 @@ def cli_run(monkeypatch, argv):
     """What ``python -m minidflash train ARGV`` would load, regenerate and train (nothing runs)."""
     from types import SimpleNamespace
 
-    from minidflash.tools import train_drafter as td
+    from minidflash.tools.make_data import train_drafter as td
 
     seen = {}
     target = SimpleNamespace(config=SimpleNamespace(num_hidden_layers=30))

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from minidflash.config import RESULTS_DIR
-from minidflash.tools import cost
+from minidflash.tools.measure import cost
 
 
 def test_speedup_and_break_even_by_hand():

@@ -18,7 +18,7 @@ import minidflash.verifier as verifier
 from minidflash.decoding import greedy_choice
 from minidflash.drafter import load_drafter
 from minidflash.target import load_target, resolve_dtype
-from minidflash.tools import methods
+from minidflash.tools.measure import methods
 from minidflash.tree import tree_generate
 from minidflash.verifier import speculative_generate
 from tests import helpers

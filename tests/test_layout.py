@@ -28,7 +28,7 @@ def imports_of(path: Path, pkg: str | None = None) -> list[tuple[str, list[str]]
                 mod = node.module or ""
             if mod.startswith("minidflash"):
                 names = [a.name for a in node.names]
-                if node.module is None or mod in ("minidflash", "minidflash.tools"):
+                if node.module is None or mod in ("minidflash", "minidflash.tools") or mod.startswith("minidflash.tools.") and mod.count(".") == 2:
                     out += [(f"{mod}.{n}", []) for n in names]
                 else:
                     out.append((mod, names))
@@ -45,7 +45,7 @@ def test_core_imports_only_lower_layers():
 
 
 def test_tools_import_the_core_never_the_reverse():
-    tools = sorted((PKG / "tools").glob("*.py"))
+    tools = sorted((PKG / "tools").rglob("*.py"))
     assert len(tools) >= 8
     for path in tools:
         for mod, _ in imports_of(path):
@@ -53,7 +53,7 @@ def test_tools_import_the_core_never_the_reverse():
 
 
 def test_no_private_names_across_modules():
-    for path in [*PKG.glob("*.py"), *(PKG / "tools").glob("*.py")]:
+    for path in [*PKG.glob("*.py"), *(PKG / "tools").rglob("*.py")]:
         for mod, names in imports_of(path):
             private = [n for n in names if n.startswith("_")]
             assert not private, f"{path.name} imports private {private} from {mod}"

@@ -8,8 +8,8 @@ import stat
 import pytest
 
 from minidflash.config import TINY_TARGET_DIR
-from minidflash.tools import llama_cpp as lc
-from minidflash.tools import llama_cpp_binaries as bins
+from minidflash.tools.engines import llama_cpp as lc
+from minidflash.tools.engines import llama_cpp_binaries as bins
 
 # The end of a real `llama-speculative-simple ... --spec-type draft-dflash` log (stderr).
 SPEC_LOG = """\
@@ -91,7 +91,7 @@ def test_the_command_decodes_the_test_part_unless_told_and_records_which(monkeyp
     made), the dev part or all when asked; the results JSON names the split and the prompts."""
     from pathlib import Path
 
-    from minidflash.tools.corpus import suite_prompts
+    from minidflash.tools.make_data.corpus import suite_prompts
 
     seen = []
     decoded = {"plain": {"eval_ms": 100.0, "runs": 10, "tokens_per_s": 100.0},

@@ -5,7 +5,8 @@ import pytest
 from minidflash.config import PROMPTS_DIR, TINY_DRAFTER_DIR
 from minidflash.drafter import load_drafter
 from minidflash.target import chat_ids, load_target, stop_ids
-from minidflash.tools import corpus, misses
+from minidflash.tools.make_data import corpus
+from minidflash.tools.measure import misses
 from minidflash.verifier import speculative_generate
 
 

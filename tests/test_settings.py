@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from minidflash.settings import DecodingConfig
-from minidflash.tools import methods
+from minidflash.tools.measure import methods
 from minidflash.verify_cost import VerifyCost
 
 TREE = {"node_budget": 15, "top_k": 2}

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from minidflash.config import PROMPTS_DIR
-from minidflash.tools.suites import HUMANEVAL_TEMPLATE, MATH_SUFFIX
+from minidflash.tools.make_data.suites import HUMANEVAL_TEMPLATE, MATH_SUFFIX
 
 COUNTS = {"humaneval": 164, "mtbench": 80, "gsm8k": 100, "math500": 311}
 
@@ -61,9 +61,9 @@ def test_mtbench_turns_and_category():
 def test_held_out_prompts_never_occur_in_training():
     """The in-domain suites are held out: no prompt occurs in the tiny target's training pool
     nor in the drafters' training prompts, and none occurs twice."""
-    from minidflash.tools import corpus
-    from minidflash.tools.tiny_target import make_splits
-    from minidflash.tools.train_drafter import training_prompts
+    from minidflash.tools.make_data import corpus
+    from minidflash.tools.make_data.tiny_target import make_splits
+    from minidflash.tools.make_data.train_drafter import training_prompts
 
     pool, _ = make_splits()
     pool = {e["messages"][0]["content"] for e in pool}

@@ -7,7 +7,7 @@ import torch
 
 from minidflash.config import TINY_DRAFTER_DIR
 from minidflash.drafter import load_drafter
-from minidflash.tools import tau_curve
+from minidflash.tools.measure import tau_curve
 
 
 def test_curve_orders_snapshots_and_trained_beats_untrained(tmp_path):

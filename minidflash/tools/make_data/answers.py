@@ -41,8 +41,9 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
+from tqdm.auto import tqdm
 
-from .llama_cpp_binaries import llama_server, server_answer
+from ..engines.llama_cpp_binaries import llama_server, server_answer
 
 MANIFEST = "answers.json"
 
@@ -120,13 +121,15 @@ def llama_cpp_answers(port: int, rows: list[torch.Tensor], max_new_tokens: int, 
 
 
 def torch_answers(target, rows: list[torch.Tensor], max_new_tokens: int, stops: list[int],
-                  batch_size: int) -> list[dict]:
+                  batch_size: int, temperature: float = 0.0,
+                  generator: torch.Generator | None = None) -> list[dict]:
     """Every prompt of ``rows`` answered greedily by ``target`` (any dtype), ``batch_size`` at a
     time in length order: ``speculative_generate_batch`` with no drafter (block size 1) is a
     plain batched decode whose finished rows leave the batch, so no step is spent on them
-    (``generate()`` keeps a finished row in until the whole batch ends)."""
-    from ..batch import left_pad
-    from ..verifier import speculative_generate_batch
+    (``generate()`` keeps a finished row in until the whole batch ends). A temperature above 0
+    samples instead, from ``generator``."""
+    from ...batch import left_pad
+    from ...verifier import speculative_generate_batch
 
     order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
     out = [None] * len(rows)
@@ -134,15 +137,17 @@ def torch_answers(target, rows: list[torch.Tensor], max_new_tokens: int, stops: 
         idx = order[s:s + batch_size]
         ids, mask = left_pad([rows[i] for i in idx])
         done = speculative_generate_batch(target, None, ids, max_new_tokens, mask, block_size=1,
-                                          stop_token_ids=stops)
+                                          stop_token_ids=stops, temperature=temperature,
+                                          generator=generator)
         for i, r in zip(idx, done):
             out[i] = {"ids": torch.cat([rows[i], r.new_ids]), "response_start": len(rows[i])}
     return out
 
 
-def make_shard(engine: str, target, tokenizer, prompts: list[dict], args, port=None) -> list[dict]:
-    from ..target import chat_ids, stop_ids
-    from ..train_data import regenerate
+def make_shard(engine: str, target, tokenizer, prompts: list[dict], args, port=None,
+               shard: int = 0) -> list[dict]:
+    from ...target import chat_ids, stop_ids
+    from ...train_data import regenerate
 
     if engine == "torch-features":   # the previous way: generate(), features as it goes
         return [{"ids": r["ids"], "response_start": r["response_start"]}
@@ -151,8 +156,9 @@ def make_shard(engine: str, target, tokenizer, prompts: list[dict], args, port=N
                                     layer_ids=args.layer_ids)]
     rows = [chat_ids(tokenizer, p["messages"])[0] for p in prompts]
     if engine == "torch":
+        gen = torch.Generator().manual_seed(args.seed * 1000 + shard)   # resumable: per shard
         return torch_answers(target, rows, args.max_new_tokens, stop_ids(tokenizer),
-                             args.regen_batch)
+                             args.regen_batch, getattr(args, "temperature", 0.0), gen)
     return llama_cpp_answers(port, rows, args.max_new_tokens, stop_ids(tokenizer), args.parallel)
 
 
@@ -164,7 +170,7 @@ def agreement(target, data: list[dict], batch_tokens: int = 4096) -> dict:
     """How often the fp32 torch target, fed each answer teacher-forced, picks the answer's own
     next token: 1.0 for answers made by this copy in exact arithmetic, a little less for another
     engine's (near-ties decided differently), and where the first disagreement falls."""
-    from ..train_data import right_padded
+    from ...train_data import right_padded
 
     same = total = 0
     first = []
@@ -188,7 +194,7 @@ def coverage(data: list[dict], held_out: list[dict], ks=(4096, 8192, 16384),
     """Per K: the share of answer tokens covered by the K most frequent tokens of ``data``'s
     answers (a draft vocabulary, ``train_data.draft_vocabulary``), in ``data`` itself and in the
     answers of ``held_out`` (what a drafter meets on prompts it did not train on)."""
-    from ..train_data import draft_vocabulary
+    from ...train_data import draft_vocabulary
 
     vocab_size = vocab_size or 1 + max(int(d["ids"].max()) for d in data + held_out)
     held = torch.cat([d["ids"][d["response_start"]:] for d in held_out]).long()
@@ -209,9 +215,12 @@ def arguments(argv=None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", default="HuggingFaceTB/SmolLM2-135M-Instruct")
     p.add_argument("--out", required=True, help="the folder of shards (e.g. data/smollm2_answers)")
-    p.add_argument("--n-math", type=int, default=3000)
-    p.add_argument("--n-code", type=int, default=1500)
-    p.add_argument("--n-prose", type=int, default=1500)
+    p.add_argument("--prompts", nargs="+", default=None, metavar="FILE",
+                   help="answer the prompts of these JSON-lines files (``prompts`` makes them) "
+                        "instead of the builder's kinds (whose counts then default to 0)")
+    p.add_argument("--n-math", type=int, default=None, help="default 3000 (0 with --prompts)")
+    p.add_argument("--n-code", type=int, default=None, help="default 1500 (0 with --prompts)")
+    p.add_argument("--n-prose", type=int, default=None, help="default 1500 (0 with --prompts)")
     p.add_argument("--n-story", type=int, default=0,
                    help="multi-step story problems (word_problems.STORIES), e.g. a second folder "
                         "made with --n-math 0 --n-code 0 --n-prose 0 --n-story 3000")
@@ -234,6 +243,8 @@ def arguments(argv=None) -> argparse.Namespace:
                    help="make only the first K shards now (the rest: a later run; 0: none, "
                         "only --coverage or --check on what is there)")
     p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help="torch: 0 answers greedily; above, samples (seeded per shard from --seed)")
     p.add_argument("--engine", choices=["torch", "llama-cpp", "torch-features"],
                    default="torch", help="torch: our batched decode, finished rows leaving; "
                    "llama-cpp: llama-server's parallel slots; torch-features: transformers' "
@@ -265,7 +276,30 @@ def arguments(argv=None) -> argparse.Namespace:
                         "vocabulary; default K 4096 8192 16384), counted on all shards but the "
                         "last and measured on them and on the last")
     p.add_argument("--json", default=None, help="write the result here too")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    for kind, default in (("n_math", 3000), ("n_code", 1500), ("n_prose", 1500)):
+        if getattr(args, kind) is None:
+            setattr(args, kind, 0 if args.prompts else default)
+    if args.temperature and args.engine != "torch":
+        p.error("--temperature samples with --engine torch only")
+    return args
+
+
+def file_prompts(files: list[str]) -> list[dict]:
+    """The prompts of JSON-lines files, in order; each row needs user ``messages``."""
+    from .corpus import read_jsonl
+
+    rows = []
+    for f in files:
+        if not Path(f).is_file():
+            raise FileNotFoundError(f"{f}: no such prompt file (make one with `python -m "
+                                    f"minidflash prompts --kind ... --out {f}`)")
+        for i, r in enumerate(read_jsonl(f)):
+            if not r.get("messages") or r["messages"][-1]["role"] != "user":
+                raise ValueError(f"{f} line {i + 1}: a prompt is {{\"messages\": [..., "
+                                 f"{{\"role\": \"user\", ...}}]}}")
+            rows.append(r)
+    return rows
 
 
 def open_manifest(args) -> dict:
@@ -274,9 +308,12 @@ def open_manifest(args) -> dict:
     recipe = {"target": args.target, "n_math": args.n_math, "n_code": args.n_code,
               "n_prose": args.n_prose, "prose_source": args.prose_source, "seed": args.seed,
               "shards": args.shards, "max_new_tokens": args.max_new_tokens}
-    for kind in ("n_story", "n_task", "n_chain", "n_symbolic", "n_wide"):
+    for kind in ("n_story", "n_task", "n_chain", "n_symbolic", "n_wide", "temperature"):
         if getattr(args, kind):   # only when asked for: a folder made without them keeps its recipe
             recipe[kind] = getattr(args, kind)
+    if args.prompts:              # the files by name and content
+        recipe["prompts"] = {Path(f).name: hashlib.sha1(Path(f).read_bytes()).hexdigest()[:12]
+                             for f in args.prompts}
     path = Path(args.out) / MANIFEST
     if not path.is_file():
         return {"recipe": recipe, "shards": {}}
@@ -291,7 +328,7 @@ def open_manifest(args) -> dict:
 def llama_port(args, target, tokenizer, prompts: list[dict], todo: list[int]):
     """The llama.cpp server's port while shards are made with ``--engine llama-cpp`` (None for
     the torch engines, or when nothing is to be made), its slots wide enough for every prompt."""
-    from .llama_cpp import target_files
+    from ..engines.llama_cpp import target_files
 
     if args.engine != "llama-cpp" or not todo:
         yield None
@@ -312,10 +349,11 @@ def make_shards(args, decoder, tokenizer, prompts: list[dict], todo: list[int], 
     """Shard s of ``todo`` is ``prompts[s::shards]``, answered by the engine and saved whole;
     answers.json is rewritten after each, so a killed run resumes at the next."""
     out = Path(args.out)
-    for s in todo:
+    bar = tqdm(todo, desc=f"answers ({args.engine})", unit="shard")
+    for s in bar:
         shard = prompts[s::args.shards]
         t0 = time.perf_counter()
-        rows = make_shard(args.engine, decoder, tokenizer, shard, args, port)
+        rows = make_shard(args.engine, decoder, tokenizer, shard, args, port, s)
         seconds = time.perf_counter() - t0
         save_shard(shard_path(out, s), rows, prompts_key(shard))
         tokens = sum(len(r["ids"]) - r["response_start"] for r in rows)
@@ -328,8 +366,9 @@ def make_shards(args, decoder, tokenizer, prompts: list[dict], todo: list[int], 
         part = out / (MANIFEST + ".part")
         part.write_text(json.dumps(manifest, indent=1) + "\n")
         part.replace(out / MANIFEST)
-        print(f"shard {s}: {len(rows)} answers, {tokens} tokens, {seconds:.0f} s, "
-              f"{tokens / seconds:.0f} answer tokens/s", flush=True)
+        bar.set_postfix(answer_tokens_per_s=round(tokens / seconds))
+        bar.write(f"shard {s}: {len(rows)} answers, {tokens} tokens, {seconds:.0f} s, "
+                  f"{tokens / seconds:.0f} answer tokens/s")
 
 
 def made_figures(manifest: dict, todo: list[int], engine_name: str) -> dict:
@@ -350,7 +389,7 @@ def time_features(args, target, decoder, manifest: dict, todo: list[int], result
     """--time-features: ``train_data.feature_pass`` over this run's shards (none made: the last
     there) in --feature-dtype, its speed, text and features end to end, and (not fp32) how far
     its features are from the fp32 target's; into ``result``."""
-    from ..train_data import feature_pass, in_dtype
+    from ...train_data import feature_pass, in_dtype
 
     timed = todo or [max(int(s) for s in manifest["shards"])]   # none made: the last there
     data = [r for s in timed for r in load_shard(shard_path(Path(args.out), s))]
@@ -381,9 +420,9 @@ def time_features(args, target, decoder, manifest: dict, todo: list[int], result
 def main(argv=None) -> dict:
     """Make the shards not made yet (``--make-shards``: the first K only), then what was asked
     for on them: --time-features, --coverage, --check."""
-    from ..drafter import default_target_layer_ids
-    from ..target import load_target
-    from ..train_data import in_dtype
+    from ...drafter import default_target_layer_ids
+    from ...target import load_target
+    from ...train_data import in_dtype
     from . import chat_prompts
 
     args = arguments(argv)
@@ -395,6 +434,8 @@ def main(argv=None) -> dict:
                                                  args.seed, args.prose_source, args.n_story,
                                                  args.n_task, args.n_chain, args.n_symbolic,
                                                  args.n_wide)
+    if args.prompts:
+        prompts += file_prompts(args.prompts)
     target, tokenizer = load_target(args.target, dtype=torch.float32)   # features: fp32
     if args.layer_ids is None:
         args.layer_ids = default_target_layer_ids(target.config.num_hidden_layers, 3)

@@ -59,7 +59,7 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
-from ..hub import user_cache_dir
+from ...hub import user_cache_dir
 from . import corpus
 from .function_tasks import render_task
 from .suites import HUMANEVAL_TEMPLATE, MATH_SUFFIX
@@ -390,7 +390,7 @@ def docstring_passages(min_chars: int = 200, max_chars: int = 900) -> tuple[tupl
 def main(argv=None) -> None:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m minidflash.tools.chat_prompts",
+    ap = argparse.ArgumentParser(prog="python -m minidflash.tools.make_data.chat_prompts",
                                  description="Write the chat training prompts as JSONL.")
     ap.add_argument("out")
     ap.add_argument("--n-math", type=int, default=2000)

@@ -25,11 +25,11 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..config import PAPER, PROMPTS_DIR, TINY_TARGET_DIR
-from ..target import CHAT_TEMPLATE, chat_ids, load_target, stop_ids
-from ..verifier import speculative_generate
+from ...config import PAPER, PROMPTS_DIR, TINY_TARGET_DIR
+from ...target import CHAT_TEMPLATE, chat_ids, load_target, stop_ids
+from ...verifier import speculative_generate
 from . import corpus
-from .metrics import boxed, repeated_4gram_share
+from ..measure.metrics import boxed, repeated_4gram_share
 
 # The regex Qwen2 / Qwen3 split text with before byte-level BPE: digits one by one, words with
 # their leading space, punctuation runs, newlines.

@@ -37,9 +37,9 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, Qwen3Config, Qwen3ForCausalLM
 
-from ..config import RESULTS_DIR
-from ..drafter import DFlashDrafter, load_drafter, make_drafter_config, target_features
-from ..verifier import speculative_generate
+from ...config import RESULTS_DIR
+from ...drafter import DFlashDrafter, load_drafter, make_drafter_config, target_features
+from ...verifier import speculative_generate
 
 TOLERANCE = 1e-5
 

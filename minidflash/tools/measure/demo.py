@@ -15,11 +15,11 @@ import sys
 
 import torch
 
-from ..config import PAPER, PROMPTS_DIR, TINY_DRAFTER_DIR
-from ..drafter import DFlashDrafter, load_drafter, make_drafter_config
-from ..target import chat_ids, load_target, stop_ids
-from ..verifier import speculative_generate
-from . import corpus
+from ...config import PAPER, PROMPTS_DIR, TINY_DRAFTER_DIR
+from ...drafter import DFlashDrafter, load_drafter, make_drafter_config
+from ...target import chat_ids, load_target, stop_ids
+from ...verifier import speculative_generate
+from ..make_data import corpus
 from .methods import divergence, load_targets
 from .render import legend, render
 

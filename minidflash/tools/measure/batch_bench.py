@@ -25,10 +25,10 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..batch import left_pad
-from ..target import chat_ids, stop_ids
-from ..verifier import speculative_generate, speculative_generate_batch
-from . import corpus
+from ...batch import left_pad
+from ...target import chat_ids, stop_ids
+from ...verifier import speculative_generate, speculative_generate_batch
+from ..make_data import corpus
 
 # The paper's concurrency table (SGLang, one B200, Qwen3-8B, MATH-500, tau 8.01): DFlash's
 # speedup over five concurrency settings from 1 to 32, in the table's order.

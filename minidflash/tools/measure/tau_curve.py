@@ -24,12 +24,12 @@ from pathlib import Path
 
 import torch
 
-from ..config import PROMPTS_DIR
-from ..drafter import load_drafter
-from ..target import chat_ids, load_target, stop_ids
-from ..trainer import smooth
-from ..verifier import speculative_generate
-from . import corpus
+from ...config import PROMPTS_DIR
+from ...drafter import load_drafter
+from ...target import chat_ids, load_target, stop_ids
+from ...trainer import smooth
+from ...verifier import speculative_generate
+from ..make_data import corpus
 
 
 def snapshot_taus(target, tokenizer, drafter, rows_by_suite: dict, max_new_tokens: int) -> dict:

@@ -27,11 +27,11 @@ from pathlib import Path
 
 import torch
 
-from ..config import PROMPTS_DIR
-from ..drafter import load_drafter
-from ..target import chat_ids, load_target, stop_ids
-from ..verifier import speculative_generate
-from . import corpus
+from ...config import PROMPTS_DIR
+from ...drafter import load_drafter
+from ...target import chat_ids, load_target, stop_ids
+from ...verifier import speculative_generate
+from ..make_data import corpus
 
 KINDS = ("word in question", "other word", "digits", "symbols", "spaces and newlines")
 

@@ -37,12 +37,14 @@ from pathlib import Path
 
 import torch
 
-from ..config import CACHE_DIR, TINY_AR_DRAFTER_DIR, TINY_DRAFTER_DIR
-from ..drafter import default_target_layer_ids
-from ..target import load_target
-from ..train_data import cached_regeneration, feature_pass, in_dtype
-from ..trainer import TrainConfig, distributed, train
-from . import answers, chat_prompts, corpus
+from ...config import CACHE_DIR, TINY_AR_DRAFTER_DIR, TINY_DRAFTER_DIR
+from ...drafter import default_target_layer_ids
+from ...target import load_target
+from ...train_data import cached_regeneration, feature_pass, in_dtype
+from ...trainer import TrainConfig, distributed, train
+from . import answers
+from . import chat_prompts
+from . import corpus
 
 TINY_N_CODE = 1000           # --n-code for the tiny target (the shipped drafter's)
 CHAT_COUNTS = {"n_math": 2000, "n_code": 1500, "n_prose": 1500}   # for a chat target
@@ -172,6 +174,10 @@ def config_parser(prog: str, description: str) -> argparse.ArgumentParser:
     p.add_argument("--use-shards", type=int, default=None,
                    help="regenerate and train on the first K of the --regen-shards shards only "
                         "(a data budget; default: all) (chat target)")
+    p.add_argument("--keep-suite-overlap", action="store_true",
+                   help="with --answers: also read rows whose prompt shares eight words with a "
+                        "suite or comes from a suite-shaped template (the runs before the "
+                        "check; by default they are dropped and counted)")
     p.add_argument("--answers", nargs="+", default=None,
                    help="train on answers kept as token ids in this folder, or these folders "
                         "(`python -m minidflash answers`) instead of regenerating (chat target); "
@@ -196,6 +202,7 @@ def main(argv=None) -> dict:
                                      "regen_shards")}
     regenerate_only = args.pop("regenerate_only")
     answers_dir = args.pop("answers")
+    keep_suite_overlap = args.pop("keep_suite_overlap")
     feature_dtype = args.pop("feature_dtype")
     use_shards = args.pop("use_shards")
     data_args = {k: args.pop(k) for k in ("n_arithmetic", "n_code", "max_new_tokens")}
@@ -270,6 +277,14 @@ def main(argv=None) -> dict:
             torch.distributed.barrier()
             if rank > 0:
                 data = data_for(progress=False, mine=shards)
+    if answers_dir is not None and not keep_suite_overlap:   # no suite item, nor a template of one
+        from .overlap import SuiteOverlap
+
+        data, dropped = SuiteOverlap().drop_excluded(data, tokenizer)
+        data_args["excluded"] = dropped
+        if rank == 0 and dropped:
+            print(f"train: {sum(dropped.values())} answer rows excluded {dropped} "
+                  f"(overlap.py); {len(data)} read", flush=True)
     if regenerate_only:
         if rank == 0:
             print(f"{len(data)} regenerated sequences, "

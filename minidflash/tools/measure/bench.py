@@ -30,12 +30,12 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..decoding import cache_kwargs, clock, crop_cache
-from ..config import TINY_DRAFTER_DIR, TINY_TARGET_DIR, repo_relative
-from ..drafter import load_drafter
-from ..target import chat_ids, load_target, stop_ids
-from ..verifier import speculative_generate
-from . import corpus
+from ...decoding import cache_kwargs, clock, crop_cache
+from ...config import TINY_DRAFTER_DIR, TINY_TARGET_DIR, repo_relative
+from ...drafter import load_drafter
+from ...target import chat_ids, load_target, stop_ids
+from ...verifier import speculative_generate
+from ..make_data import corpus
 from .metrics import correct, repeated_4gram_share
 
 
@@ -242,7 +242,7 @@ def main(argv=None) -> dict:
                         "each of --threads, the counts taking turns")
     p.add_argument("--methods", nargs="+", default=None,
                    help="compare methods instead of block sizes: plain dflash:B ar:k lookup:k "
-                        "generate (see minidflash/tools/methods.py); greedy")
+                        "generate (see minidflash/tools/measure/methods.py); greedy")
     p.add_argument("--ar-drafter", default=None, help="the AR drafter (default data/ar_drafter)")
     p.add_argument("--draft-cost", action="store_true",
                    help="only time a drafter call against drafted tokens 1..16 (figure 3)")

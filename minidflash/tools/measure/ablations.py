@@ -24,12 +24,12 @@ from pathlib import Path
 
 import torch
 
-from ..config import CACHE_DIR, PROMPTS_DIR
-from ..target import load_target
-from ..trainer import TrainConfig, train
-from . import corpus
+from ...config import CACHE_DIR, PROMPTS_DIR
+from ...target import load_target
+from ...trainer import TrainConfig, train
+from ..make_data import corpus
 from .bench import run_suite, warm_up
-from .train_drafter import tiny_training_data
+from ..make_data.train_drafter import tiny_training_data
 
 # name -> (what changes, test block sizes)
 VARIANTS = {

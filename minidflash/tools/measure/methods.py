@@ -56,14 +56,14 @@ import torch
 from tqdm.auto import tqdm
 from transformers import DynamicCache
 
-from ..ar_drafter import ARDrafter, load_ar_drafter, make_ar_config
-from ..config import TINY_AR_DRAFTER_DIR
-from ..decoding import cache_kwargs, clock, crop_cache
-from ..drafter import DFlashDrafter, load_drafter, make_drafter_config
-from ..settings import DecodingConfig
-from ..target import chat_ids, stop_ids
-from ..verifier import speculative_generate
-from ..verify_cost import for_threads
+from ...ar_drafter import ARDrafter, load_ar_drafter, make_ar_config
+from ...config import TINY_AR_DRAFTER_DIR
+from ...decoding import cache_kwargs, clock, crop_cache
+from ...drafter import DFlashDrafter, load_drafter, make_drafter_config
+from ...settings import DecodingConfig
+from ...target import chat_ids, stop_ids
+from ...verifier import speculative_generate
+from ...verify_cost import for_threads
 from .metrics import LOOPING, correct, repeated_4gram_share
 
 

@@ -30,7 +30,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from ..config import PROMPTS_DIR
+from ...config import PROMPTS_DIR
 from .corpus import write_jsonl
 
 # math template: "{question}" + MATH_SUFFIX

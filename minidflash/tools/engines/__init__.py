@@ -1,0 +1,1 @@
+"""Engines: the bridge to llama.cpp (its binaries, its server, its converter)."""

@@ -1,0 +1,1 @@
+"""Making data: the prompts, the target's answers, and the training runs that read them."""

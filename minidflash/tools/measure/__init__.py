@@ -1,0 +1,1 @@
+"""Measuring: benchmarks, budgets, ablations and the figures drawn from their results."""
