@@ -222,9 +222,18 @@ def suite_prompts(suite: str, split: str = "test", n: int | None = None,
 
 
 def split_label(suite: str, split: str, n: int) -> str:
-    """How a result names the prompts it ran on, e.g. 'gsm8k test part, prompts 11-50'."""
+    """How a result names the prompts it ran on, e.g. 'gsm8k test part, prompts 11-50 of the
+    file', and which of them a training template was shaped on (``overlap.shaped_items``)."""
+    from .overlap import shaped_items
+
     first = {"dev": 1, "test": DEV_PROMPTS + 1, "all": 1}[split]
-    return f"{suite} {split} part, prompts {first}-{first + n - 1} of the file"
+    label = f"{suite} {split} part, prompts {first}-{first + n - 1} of the file"
+    shaped = [line + 1 for line in shaped_items().get(suite, ()) if first <= line + 1 < first + n]
+    if shaped:   # the drafters trained before overlap.py read a template written after these
+        label += (f" ({'prompt' if len(shaped) == 1 else 'prompts'} {', '.join(map(str, shaped))}"
+                  f" of the file: the shape of a training template the drafters before the "
+                  f"overlap check read)")
+    return label
 
 
 def as_prompt(example: dict) -> dict:

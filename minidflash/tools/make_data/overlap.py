@@ -22,12 +22,14 @@ answers (``train`` reads no row it excludes).
 from __future__ import annotations
 
 import json
+import random
 import re
+from functools import lru_cache
 from pathlib import Path
 
 from ...config import PROMPTS_DIR
 from .suites import HUMANEVAL_TEMPLATE, MATH_SUFFIX, SOURCES
-from .word_problems import SUITE_SHAPED, template_regex
+from .word_problems import CHAINS, SUITE_SHAPED, template_regex, word_problem
 
 N = 8
 _HUMANEVAL_HEAD, _HUMANEVAL_TAIL = HUMANEVAL_TEMPLATE.split("{prompt}")
@@ -51,15 +53,16 @@ def ngrams(text: str, n: int = N) -> set[tuple[str, ...]]:
     return {tuple(w[i:i + n]) for i in range(len(w) - n + 1)}
 
 
-def suite_texts(prompts_dir: str | Path | None = None) -> dict[str, list[str]]:
-    """suite -> the text of every user turn of every prompt of its file (all parts)."""
+def suite_texts(prompts_dir: str | Path | None = None) -> dict[str, list[tuple[int, str]]]:
+    """suite -> (line of its file, text) for every user turn of every prompt (all parts)."""
     out = {}
     for suite in SOURCES:
         texts = []
-        for line in (Path(prompts_dir or PROMPTS_DIR) / f"{suite}.jsonl").read_text().splitlines():
-            row = json.loads(line)
-            texts += row.get("turns") or [m["content"] for m in row["messages"]
-                                          if m["role"] == "user"]
+        path = Path(prompts_dir or PROMPTS_DIR) / f"{suite}.jsonl"
+        for line, raw in enumerate(path.read_text().splitlines()):
+            row = json.loads(raw)
+            turns = row.get("turns") or [m["content"] for m in row["messages"] if m["role"] == "user"]
+            texts += [(line, t) for t in turns]
         out[suite] = texts
     return out
 
@@ -72,13 +75,13 @@ class SuiteOverlap:
         self.shaped = [template_regex(q) for q in SUITE_SHAPED]
         self.owner: dict[tuple[str, ...], str] = {}
         for suite, texts in suite_texts(prompts_dir).items():
-            for i, t in enumerate(texts):
+            for line, t in texts:
                 for g in ngrams(t, n):
-                    self.owner.setdefault(g, f"{suite}:{i}")
+                    self.owner.setdefault(g, f"{suite}:{line}")
 
     def overlaps(self, text: str) -> list[str]:
-        """The suite items (``"gsm8k:33"``: suite and index of the text in its file's user
-        turns) that share a run of n words with ``text``; empty if none."""
+        """The suite items (``"gsm8k:33"``: suite and 0-based line of its file) that share a run
+        of n words with ``text``; empty if none."""
         return sorted({self.owner[g] for g in ngrams(text, self.n) if g in self.owner})
 
     def report(self, prompts: list[dict]) -> dict[str, list[str]]:
@@ -110,3 +113,18 @@ class SuiteOverlap:
             else:
                 kept.append(r)
         return kept, dropped
+
+
+@lru_cache(maxsize=1)
+def shaped_items(draws: int = 150) -> dict[str, tuple[int, ...]]:
+    """suite -> the lines of its file that a SUITE_SHAPED template was written after: the items
+    its draws share eight words with (``draws`` seeded draws a template). Decoding results on
+    them say so (``corpus.split_label``): the drafters trained before the check read them."""
+    suites, found = SuiteOverlap(), {}
+    for i, t in enumerate(t for t in CHAINS if t[0] in SUITE_SHAPED):
+        rng = random.Random(i)
+        for _ in range(draws):
+            for item in suites.overlaps(word_problem([t], rng)):
+                suite, line = item.split(":")
+                found.setdefault(suite, set()).add(int(line))
+    return {suite: tuple(sorted(lines)) for suite, lines in found.items()}
