@@ -4,6 +4,7 @@ sentencepiece, which its converter imports), the whole path on one prompt."""
 
 import json
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -311,3 +312,33 @@ def test_a_pre_tokenizer_is_named_only_when_its_regex_is_llama_cpps(tmp_path):
     (tmp_path / "tokenizer.json").write_text(json.dumps(other))
     with pytest.raises(ValueError, match="does not split text"):
         bins.check_pre_tokenizer(tmp_path, "qwen2")
+
+
+def test_a_target_type_is_made_once_and_never_left_half_written(tmp_path, monkeypatch):
+    """``--target-type``: f32 / bf16 / q8_0 by the converter's --outtype, Q4_0 by llama-quantize
+    from the f32 copy; each written under a temporary name, renamed when whole, and reused."""
+    made = []
+
+    def fake_convert(model_dir, out, converter=None, target_dir=None, pre=None, outtype="f32"):
+        assert Path(out).suffix == ".part"
+        Path(out).write_text(outtype)
+        made.append(("convert", outtype))
+        return {"command": f"convert --outtype {outtype}"}
+
+    def fake_run(cmd):
+        assert cmd[0] == Path(bins.QUANTIZE) and cmd[-1] == "Q4_0" and Path(cmd[2]).suffix == ".part"
+        Path(cmd[2]).write_text("q4_0 of " + Path(cmd[1]).read_text())
+        made.append(("quantize", Path(cmd[1]).name))
+
+    monkeypatch.setattr(lc, "convert", fake_convert)
+    monkeypatch.setattr(lc, "run", fake_run)
+    monkeypatch.setattr(lc, "find_binary", lambda name: Path(name))
+    target_dir = tmp_path / "SmolLM2"
+    q4, how = lc.typed_target(target_dir, tmp_path, "Q4_0", Path("conv.py"))
+    assert q4 == tmp_path / "SmolLM2.Q4_0.gguf" and q4.read_text() == "q4_0 of f32"
+    assert made == [("convert", "f32"), ("quantize", "SmolLM2.f32.gguf")]
+    assert "llama-quantize" in how["command"] and not list(tmp_path.glob("*.part"))
+    again, how = lc.typed_target(target_dir, tmp_path, "Q4_0", Path("conv.py"))
+    assert again == q4 and len(made) == 2 and "kept" in how["command"]
+    bf16, _ = lc.typed_target(target_dir, tmp_path, "bf16", Path("conv.py"))
+    assert bf16.read_text() == "bf16" and made[-1] == ("convert", "bf16")

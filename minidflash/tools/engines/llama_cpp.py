@@ -6,9 +6,9 @@ published DFlash layout (``DFlashDraftModel``) that ``drafter.save_pretrained`` 
 the vocabulary from the target (``--target-model-dir``). This command
 
 1. converts a drafter to GGUF with that converter (unchanged, fp32), and the target too when no
-   GGUF of it is published; a drafter with a draft vocabulary (``draft_vocab.json``) keeps it
-   in llama.cpp too: its GGUF gains the ``d2t`` ids and the K head rows that llama.cpp's DFlash
-   model reads (``llama_cpp_binaries.with_draft_vocab``; ``--full-vocab`` leaves them out);
+   GGUF of it is published or ``--target-type`` asks for another (f32, bf16, q8_0, Q4_0); a
+   drafter's draft vocabulary (``draft_vocab.json``) becomes the ``d2t`` ids and K head rows
+   llama.cpp's DFlash model reads (``with_draft_vocab``; ``--full-vocab`` leaves them out);
 2. decodes the suites' prompts (``--split``: the test part of each suite unless it says
    otherwise) greedily with ``llama-completion`` (plain) and with
    ``llama-speculative-simple --spec-type draft-dflash --spec-draft-n-max N`` for each N (and
@@ -20,16 +20,11 @@ the vocabulary from the target (``--target-model-dir``). This command
    times the target's passes with ``llama-bench`` (pp 1..16, tg) and with torch
    (``bench.step_times``), and writes everything, commands included, to one JSON.
 
-**tau in llama.cpp.** ``llama-speculative-simple`` counts, per target pass that is kept,
-``n_predict += accepted + 1`` and ``n_accept += accepted`` (its source:
-examples/speculative-simple/speculative-simple.cpp), so the number of target passes is
-``n_predict - n_accept`` and
-
-    tau = n_predict / (n_predict - n_accept)        tokens committed per target pass.
-
-Its first pass verifies a draft made from the prompt; minidflash's prefill commits the first
-token without a draft and its tau counts verify steps only (``GenerationResult.tau``), so on a
-response of n tokens the two conventions differ by about one pass in n / tau.
+**tau in llama.cpp.** ``llama-speculative-simple`` counts ``n_predict += accepted + 1`` and
+``n_accept += accepted`` per kept target pass (examples/speculative-simple), so tau =
+n_predict / (n_predict - n_accept). Its first pass verifies a draft made from the prompt;
+minidflash's prefill commits the first token without one, so on n tokens the two conventions
+differ by about one pass in n / tau.
 
 llama.cpp is optional: only this command needs it (``llama_cpp_binaries.py`` finds, runs and
 reads its programs). It is found through ``LLAMA_CPP_DIR`` (a llama.cpp folder holding
@@ -50,11 +45,14 @@ from pathlib import Path
 import torch
 
 from ..make_data import corpus
-from .llama_cpp_binaries import (BENCH, PLAIN, PRE_TOKENIZER_REGEX, SPECULATIVE, bench_command,
-                                 convert, decode, find_binary, find_converter, parse_bench,
+from .llama_cpp_binaries import (BENCH, PLAIN, PRE_TOKENIZER_REGEX, QUANTIZE, SPECULATIVE,
+                                 bench_command, convert, decode, find_binary, find_converter,
+                                 parse_bench,
                                  parse_plain, parse_speculative, plain_command, plain_text,
                                  prompt_ids, run, speculative_command, speculative_text,
                                  step_costs, with_draft_vocab)
+
+TARGET_TYPES = ("packaged", "f32", "bf16", "q8_0", "Q4_0")
 
 
 # --------------------------------------------------------------------------------------------
@@ -105,6 +103,11 @@ def arguments(argv=None) -> argparse.Namespace:
     p.add_argument("--target-gguf", default=None,
                    help="the target as GGUF (default: the offline source's, hub.PACKAGED, "
                         "else the target converted by llama.cpp's converter)")
+    p.add_argument("--target-type", choices=TARGET_TYPES, default="packaged",
+                   help="the target's weights in llama.cpp: packaged (the offline source's GGUF, "
+                        "SmolLM2's Q4_1), or converted from the HF folder (f32, bf16, q8_0) or "
+                        "quantized from that f32 by llama-quantize (Q4_0, which llama.cpp "
+                        "repacks for AVX-512/AMX unless --no-repack)")
     p.add_argument("--pre-tokenizer", default=None, choices=sorted(PRE_TOKENIZER_REGEX),
                    help="name the target tokenizer's pre-tokenizer for the converter when it has "
                         "no hash for it (the tiny target: qwen2); its regex is checked first")
@@ -165,6 +168,24 @@ def target_files(name: str, target):
     return folder, gguf
 
 
+def typed_target(target_dir, out_dir: Path, kind: str, converter: Path, pre=None) -> tuple:
+    """The target's GGUF in ``kind`` (TARGET_TYPES), made once into ``out_dir`` (written under a
+    temporary name and renamed: a killed run leaves no half file), and how it was made."""
+    out = out_dir / f"{Path(target_dir).name}.{kind}.gguf"
+    if out.is_file():
+        return out, {"command": f"(kept from an earlier run: {out.name})"}
+    part = out.with_suffix(".part")
+    if kind == "Q4_0":                                 # llama.cpp quantizes its own f32 copy
+        f32, made = typed_target(target_dir, out_dir, "f32", converter, pre)
+        cmd = [find_binary(QUANTIZE), f32, part, "Q4_0"]
+        run(cmd)
+        made = {"command": f"{made['command']} && {shown(cmd)}"}
+    else:
+        made = convert(target_dir, part, converter, pre=pre, outtype=kind)
+    part.replace(out)
+    return out, made
+
+
 def gguf_files(a: argparse.Namespace, target, converter: Path) -> tuple:
     """Step 1: the target's GGUF (--target-gguf, the published one, or converted here) and the
     drafter's, converted with llama.cpp's converter; and the two conversions' records (the
@@ -177,7 +198,10 @@ def gguf_files(a: argparse.Namespace, target, converter: Path) -> tuple:
     out_dir.mkdir(parents=True, exist_ok=True)
     target_gguf = Path(a.target_gguf) if a.target_gguf else gguf
     target_conversion = None
-    if target_gguf is None:                            # no published GGUF: convert the target too
+    if a.target_gguf is None and a.target_type != "packaged":   # the target in another type
+        target_gguf, target_conversion = typed_target(target_dir, out_dir, a.target_type,
+                                                      converter, a.pre_tokenizer)
+    elif target_gguf is None:                          # no published GGUF: convert the target too
         target_gguf = out_dir / f"{Path(target_dir).name}.gguf"
         target_conversion = convert(target_dir, target_gguf, converter, pre=a.pre_tokenizer)
     if not target_gguf.is_file():
@@ -375,6 +399,7 @@ def main(argv=None) -> dict:
     s = Setup(tools, target_gguf, drafter_gguf, target, tokenizer, stop_ids(tokenizer), drafter, a)
     command = "python -m minidflash llama-cpp " + " ".join(sys.argv[1:] if argv is None else argv)
     result = {"command": command, "target": a.target, "target_gguf": target_gguf.name,
+              "target_type": a.target_type,
               "drafter": a.drafter, "conversion": conversion, "target_conversion": target_conversion,
               "max_new_tokens": a.max_new_tokens, "n": a.n, "split": a.split, "n_max": a.n_max,
               "p_min": a.p_min, "settings": [name for name, *_ in settings(a)],

@@ -27,6 +27,7 @@ ENV = "LLAMA_CPP_DIR"
 CONVERTER = "convert_hf_to_gguf.py"
 PLAIN, SPECULATIVE, BENCH, SERVER = ("llama-completion", "llama-speculative-simple",
                                      "llama-bench", "llama-server")
+QUANTIZE = "llama-quantize"      # only for a Q4_0 target (``llama-cpp --target-type Q4_0``)
 HOW_TO_GET = (
     "llama.cpp is optional: only `python -m minidflash llama-cpp` needs it. Get a llama.cpp with "
     "DFlash (speculative type draft-dflash): any build since DFlash support landed, e.g. "
