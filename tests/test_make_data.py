@@ -264,3 +264,41 @@ def test_answers_reads_prompt_files_and_their_content_is_the_recipe(tmp_path):
     bad.write_text(json.dumps({"messages": [{"role": "assistant", "content": "hi"}]}) + "\n")
     with pytest.raises(ValueError, match="line 1"):
         answers.main(["--target", "data/target", "--prompts", str(bad), "--out", str(tmp_path / "b")])
+
+
+def test_two_shard_ranges_fill_one_folder(tmp_path):
+    """``--only-shards``: a run makes only its range; another run's range lands in the same
+    answers.json (read again under the folder's lock before each write), none made twice."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"Count to {i}."}]})
+                               + "\n" for i in range(6)))
+    out = tmp_path / "a"
+    argv = ["--target", "data/target", "--prompts", str(prompts), "--out", str(out), "--shards", "3",
+            "--max-new-tokens", "6", "--dtype", "float32", "--threads", "1"]
+    first = answers.main(argv + ["--only-shards", "1-2"])
+    assert first["this_run"]["shards"] == [1, 2]
+    second = answers.main(argv + ["--only-shards", "0"])
+    assert second["this_run"]["shards"] == [0] and second["answers"] == 6
+    assert sorted(json.loads((out / answers.MANIFEST).read_text())["shards"]) == ["0", "1", "2"]
+    with pytest.raises(SystemExit):
+        answers.arguments(argv + ["--only-shards", "5-2"])
+
+
+def test_the_folder_lock_lets_one_writer_in_at_a_time(tmp_path):
+    import threading
+    import time
+
+    inside, most = [], []
+
+    def writer():
+        with answers.locked(tmp_path):
+            inside.append(1)
+            most.append(len(inside))
+            time.sleep(0.05)
+            inside.pop()
+    threads = [threading.Thread(target=writer) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most == [1, 1, 1, 1] and not list(tmp_path.iterdir())     # and no lock file left

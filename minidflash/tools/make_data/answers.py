@@ -31,8 +31,10 @@ then ``python -m minidflash train --target ... --answers DIR ...``.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
+import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -210,6 +212,14 @@ def coverage(data: list[dict], held_out: list[dict], ks=(4096, 8192, 16384),
 # The command
 # --------------------------------------------------------------------------------------------
 
+def shard_range(text: str) -> set[int]:
+    """"6-11" -> {6, ..., 11}; "3" -> {3}."""
+    lo, _, hi = text.partition("-")
+    if not (lo.isdigit() and (hi.isdigit() or not hi)) or int(hi or lo) < int(lo):
+        raise argparse.ArgumentTypeError(f"--only-shards takes A-B or A (shard numbers), got {text!r}")
+    return set(range(int(lo), int(hi or lo) + 1))
+
+
 def arguments(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m minidflash answers", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -242,6 +252,9 @@ def arguments(argv=None) -> argparse.Namespace:
     p.add_argument("--make-shards", type=int, default=None,
                    help="make only the first K shards now (the rest: a later run; 0: none, "
                         "only --coverage or --check on what is there)")
+    p.add_argument("--only-shards", type=shard_range, default=None, metavar="A-B",
+                   help="make only these shards (e.g. 6-11): two processes, each with its own "
+                        "range, fill one folder together (answers.json is updated under a lock)")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--temperature", type=float, default=0.0,
                    help="torch: 0 answers greedily; above, samples (seeded per shard from --seed)")
@@ -344,6 +357,17 @@ def llama_port(args, target, tokenizer, prompts: list[dict], todo: list[int]):
         yield port
 
 
+@contextmanager
+def locked(folder: Path):
+    """An exclusive lock on ``folder`` (flock on the directory itself: no lock file is left)."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)                                   # closing releases the lock
+
+
 def make_shards(args, decoder, tokenizer, prompts: list[dict], todo: list[int], manifest: dict,
                 port, command: str) -> None:
     """Shard s of ``todo`` is ``prompts[s::shards]``, answered by the engine and saved whole;
@@ -357,15 +381,20 @@ def make_shards(args, decoder, tokenizer, prompts: list[dict], todo: list[int], 
         seconds = time.perf_counter() - t0
         save_shard(shard_path(out, s), rows, prompts_key(shard))
         tokens = sum(len(r["ids"]) - r["response_start"] for r in rows)
-        manifest["shards"][str(s)] = {
+        entry = {
             "prompts_key": prompts_key(shard), "answers": len(rows), "answer_tokens": tokens,
             "seconds": round(seconds, 1), "tokens_per_s": round(tokens / seconds, 1),
             "engine": args.engine, "dtype": args.dtype if args.engine == "torch" else None,
             "batch": args.regen_batch if args.engine != "llama-cpp" else args.parallel,
             "threads": args.threads, "command": command}
-        part = out / (MANIFEST + ".part")
-        part.write_text(json.dumps(manifest, indent=1) + "\n")
-        part.replace(out / MANIFEST)
+        with locked(out):        # another process may be making other shards of this folder
+            path = out / MANIFEST
+            if path.is_file():
+                manifest["shards"] = json.loads(path.read_text())["shards"]
+            manifest["shards"][str(s)] = entry
+            part = out / (MANIFEST + ".part")
+            part.write_text(json.dumps(manifest, indent=1) + "\n")
+            part.replace(path)
         bar.set_postfix(answer_tokens_per_s=round(tokens / seconds))
         bar.write(f"shard {s}: {len(rows)} answers, {tokens} tokens, {seconds:.0f} s, "
                   f"{tokens / seconds:.0f} answer tokens/s")
@@ -381,7 +410,7 @@ def made_figures(manifest: dict, todo: list[int], engine_name: str) -> dict:
         text_s = sum(shards[str(s)]["seconds"] for s in todo)
         result["this_run"] = {"engine": engine_name, "shards": todo, "answer_tokens": made,
                               "seconds": round(text_s, 1),
-                              "answer_tokens_per_s": round(made / text_s, 1)}
+                              "answer_tokens_per_s": round(made / text_s, 1) if text_s else None}
     return result
 
 
@@ -440,7 +469,8 @@ def main(argv=None) -> dict:
     if args.layer_ids is None:
         args.layer_ids = default_target_layer_ids(target.config.num_hidden_layers, 3)
     wanted = args.shards if args.make_shards is None else args.make_shards
-    todo = [s for s in range(wanted) if str(s) not in manifest["shards"]]
+    todo = [s for s in range(wanted) if str(s) not in manifest["shards"]
+            and (args.only_shards is None or s in args.only_shards)]
     command = "python -m minidflash answers " + " ".join(sys.argv[1:] if argv is None else argv)
     # what makes the text; features and --check always read the fp32 target
     decoder = in_dtype(target, args.dtype) if args.engine == "torch" else target
