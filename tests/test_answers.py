@@ -1,4 +1,4 @@
-"""Answers kept as token ids (tools/answers.py) and their features from one teacher-forced pass
+"""Answers kept as token ids (tools/make_data/answers.py) and their features from one teacher-forced pass
 (train_data.feature_pass): the pass must give what the full forward gives, stop where it says it
 stops, and the shards must come back as they went in, or not be there at all."""
 

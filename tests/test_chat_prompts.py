@@ -1,4 +1,4 @@
-"""The chat training prompts (tools/chat_prompts.py): reproducible, and never an evaluation item."""
+"""The chat training prompts (tools/make_data/chat_prompts.py): reproducible, and never an evaluation item."""
 
 import re
 import subprocess
