@@ -232,7 +232,8 @@ def main(argv=None) -> dict:
                 if not manifest.is_file():
                     p.error(f"--answers {folder}: no {answers.MANIFEST} there; make the answers "
                             f"with `python -m minidflash answers --out {folder} ...` first")
-                kept += [(folder, s) for s in range(len(json.loads(manifest.read_text())["shards"]))]
+                made = json.loads(manifest.read_text())["shards"]   # any shards (--only-shards)
+                kept += [(folder, s) for s in sorted(map(int, made))]
             chat["regen_shards"] = len(kept)
             data_args = {"answers": answers_dir[0] if len(answers_dir) == 1 else answers_dir,
                          "feature_dtype": feature_dtype}
