@@ -151,7 +151,7 @@ def test_train_reads_kept_answers_and_caches_their_features(tmp_path, monkeypatc
 
 
 
-def test_train_reads_several_answer_folders_in_order(tmp_path, monkeypatch):
+def test_train_reads_several_answer_folders_in_order(tmp_path, monkeypatch, capsys):
     """``train --answers A B``: A's shards then B's; --use-shards counts across them; the
     folders are recorded."""
     monkeypatch.setattr(train_drafter, "CACHE_DIR", tmp_path / "cache")
@@ -185,6 +185,19 @@ def test_train_reads_several_answer_folders_in_order(tmp_path, monkeypatch):
                         "--out", str(tmp_path / "d")])
     assert [len(d["ids"]) for d in seen["data"]] == [90, 75, 85, 60, 80, 70, 65, 90, 75, 85]
     assert len(calls) == 3 and all("features" in d for d in seen["data"])
+    # DIR:A-B reads that folder's shards A to B only (a replay of old answers beside new ones)
+    train_drafter.main(["--target", "data/target", "--answers", folders[1], folders[0] + ":1-1",
+                        "--out", str(tmp_path / "d")])
+    assert [len(d["ids"]) for d in seen["data"]] == [90, 75, 85, 70, 65]
+    assert seen["info"]["data"]["answers"] == [folders[1], folders[0] + ":1-1"]
+    train_drafter.main(["--target", "data/target", "--answers", folders[0] + ":0",
+                        "--out", str(tmp_path / "d")])
+    assert [len(d["ids"]) for d in seen["data"]] == [60, 80]
+    for bad, says in ((":1-3", "shards [2, 3] are not in"), (":1-0", "is empty")):
+        with pytest.raises(SystemExit):
+            train_drafter.main(["--target", "data/target", "--answers", folders[0] + bad,
+                                "--out", str(tmp_path / "d")])
+        assert says in capsys.readouterr().err
 
 def test_torch_answers_are_each_prompts_own_greedy_answer():
     """The batched decode (rows of different lengths, finished rows leaving) gives every prompt

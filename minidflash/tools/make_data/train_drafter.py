@@ -125,6 +125,19 @@ def answer_features(target, folder, use_shards, layer_ids, topk=0, mine=None, pr
     return rows
 
 
+def answer_spec(spec: str, error) -> tuple[str, list[int] | None]:
+    """``DIR`` (all the shards the folder holds) or ``DIR:A-B`` (its shards A to B, both
+    included; ``DIR:A`` one shard): a part of a folder in a mix, e.g. a replay of old answers."""
+    folder, sep, span = spec.rpartition(":")
+    if not sep or "/" in span or not span.replace("-", "").isdigit():
+        return spec, None
+    a, _, b = span.partition("-")
+    a, b = int(a), int(b or a)
+    if b < a:
+        error(f"--answers {spec}: the shard range {span} is empty; write A-B with A <= B")
+    return folder, list(range(a, b + 1))
+
+
 def config_parser(prog: str, description: str) -> argparse.ArgumentParser:
     """An argument per TrainConfig field (--num-layers, --block-size, ...) plus the data's."""
     p = argparse.ArgumentParser(prog=prog, description=description)
@@ -182,7 +195,8 @@ def config_parser(prog: str, description: str) -> argparse.ArgumentParser:
                    help="train on answers kept as token ids in this folder, or these folders "
                         "(`python -m minidflash answers`) instead of regenerating (chat target); "
                         "--use-shards applies to their shards in order; a folder named twice is "
-                        "read twice (its answers weigh double in the mix)")
+                        "read twice (its answers weigh double in the mix); DIR:A-B reads its "
+                        "shards A to B only (a replay of old answers beside new ones)")
     p.add_argument("--feature-dtype", choices=["float32", "bfloat16"], default="float32",
                    help="with --answers and offline features: the dtype of the target's "
                         "teacher-forced feature pass (bfloat16: faster on a CPU, ~1%% off)")
@@ -227,13 +241,17 @@ def main(argv=None) -> dict:
         data_args.update(chat)
         if answers_dir is not None:   # the kept answers' own shards, folder after folder
             kept = []
-            for folder in answers_dir:
+            for spec in answers_dir:
+                folder, picked = answer_spec(spec, p.error)
                 manifest = Path(folder) / answers.MANIFEST
                 if not manifest.is_file():
                     p.error(f"--answers {folder}: no {answers.MANIFEST} there; make the answers "
                             f"with `python -m minidflash answers --out {folder} ...` first")
-                made = json.loads(manifest.read_text())["shards"]   # any shards (--only-shards)
-                kept += [(folder, s) for s in sorted(map(int, made))]
+                made = sorted(map(int, json.loads(manifest.read_text())["shards"]))   # any shards
+                if picked is not None and not set(picked) <= set(made):
+                    p.error(f"--answers {spec}: shards {sorted(set(picked) - set(made))} are not "
+                            f"in {folder} (it holds {made})")
+                kept += [(folder, s) for s in (made if picked is None else picked)]
             chat["regen_shards"] = len(kept)
             data_args = {"answers": answers_dir[0] if len(answers_dir) == 1 else answers_dir,
                          "feature_dtype": feature_dtype}
