@@ -59,6 +59,32 @@ def test_every_method_decodes_what_plain_decoding_does(tiny):
     m = out["methods"]
     assert m["dflash:4"]["verified_per_step"] == 3 and m["ar:2"]["verified_per_step"] == 2
     assert m["dflash:4/p0.5"]["verified_per_step"] < 3 and m["ar:4/p0.95"]["verified_per_step"] < 4
+    # prompt by prompt: the figures of a subset (GSM8K without GSM-Symbolic's source items)
+    for spec, r in m.items():
+        assert len(r["per_prompt"]["tpot_ms"]) == 2
+        assert r["tpot_ms"] == pytest.approx(sum(r["per_prompt"]["tpot_ms"]) / 2)
+    every = methods.without(out, [])
+    assert every["fastest_plain"] == out["fastest_plain"]
+    for spec, r in every["methods"].items():
+        assert r["tau"] == m[spec]["tau"], spec
+        assert r["speedup_vs_fastest_plain"] == pytest.approx(m[spec]["speedup_vs_fastest_plain"])
+        assert r["speedup_same_dtype"] == pytest.approx(m[spec]["speedup_same_dtype"])
+    second = methods.without(out, [0])["methods"]["dflash:4"]
+    assert second["tau"] == m["dflash:4"]["per_prompt"]["tau"][1]
+    assert second["speedup_same_dtype"] == pytest.approx(
+        m["plain"]["per_prompt"]["tpot_ms"][1] / m["dflash:4"]["per_prompt"]["tpot_ms"][1])
+
+
+def test_gsm8k_results_name_the_prompts_gsm_symbolic_was_made_from():
+    """Lines 33, 39, 46, 61 and 92 of gsm8k.jsonl: the test part's prompts 24, 30 and 37 of its
+    first 40 (0-based 23, 29, 36), none of the dev part, none of another suite."""
+    from minidflash.tools.measure.bench import template_sources
+
+    assert template_sources("gsm8k", "test", 40) == [23, 29, 36]
+    assert template_sources("gsm8k", "test", 90) == [23, 29, 36, 51, 82]
+    assert template_sources("gsm8k", "dev", 10) == []
+    assert template_sources("gsm8k", "all", 40) == [33, 39]
+    assert template_sources("math500", "test", 40) == []
 
 
 def test_families_group_depths_and_chain_lengths():

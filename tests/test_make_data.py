@@ -81,7 +81,7 @@ def test_what_training_reads_of_the_builder_kinds_shares_no_eight_words_with_a_s
     assert why[("chain", "suite-shaped template")] + why[("chain", "suite overlap")] > 60
     assert not any(w for (kind, w) in why if kind in ("symbolic", "story", "math", "prose") and w)
     assert sum(n for (kind, w), n in why.items() if w) < 0.2 * len(rows)
-    ids = {GSM8K[i]["id"] for i in (33, 39, 46, 61, 92)}
+    ids = {GSM8K[i]["id"] for i in chat_prompts.GSM_SYMBOLIC_SOURCES}
     assert ids == {"gsm8k-test-0440", "gsm8k-test-0469", "gsm8k-test-0546", "gsm8k-test-0740",
                    "gsm8k-test-1247"}
 

@@ -327,6 +327,16 @@ def suite_rows(suite: str, a) -> list[dict]:
     return rows
 
 
+def template_sources(suite: str, split: str, n: int) -> list[int]:
+    """The prompts of the part (0-based in it) that GSM-Symbolic's templates were made from."""
+    if suite != "gsm8k":
+        return []
+    from ..make_data.chat_prompts import GSM_SYMBOLIC_SOURCES
+
+    first = {"dev": 0, "test": corpus.DEV_PROMPTS, "all": 0}[split]
+    return [line - first for line in GSM_SYMBOLIC_SOURCES if first <= line < first + n]
+
+
 def write(results: dict, json_path: str | None, plot_fn) -> None:
     """The figures as JSON at json_path (if given) and their plot as a PNG beside it."""
     if json_path:
@@ -373,6 +383,9 @@ def compare(a, target, tokenizer, command: str) -> dict:
             result["suites"][suite] = r = m.run_methods(targets, tokenizer, rows, a.methods,
                                                         drafters, a.max_new_tokens)
             r["prompts_used"] = corpus.split_label(suite, a.split, len(rows))
+            sources = template_sources(suite, a.split, len(rows))
+            if sources:                     # GSM8K also without GSM-Symbolic's source items
+                r["without_template_sources"] = m.without(r, sources)
             for spec, s in r["methods"].items():
                 tau = "  -  " if s["tau"] is None else f"{s['tau']:.2f}"
                 split = ("" if s["draft_ms_per_step"] is None else
@@ -386,6 +399,13 @@ def compare(a, target, tokenizer, command: str) -> dict:
                           f"at new token {d['token']}: logit gap {fmt(d['gap'])}, fp32 head "
                           f"{fmt(d.get('gap_head32'))}, fp32 pass {fmt(d.get('gap_fp32'))} "
                           f"(plain's minus this one's)")
+            if sources:
+                w = r["without_template_sources"]
+                print(f"{'':>12}without prompts {', '.join(str(i + 1) for i in w['dropped'])} of the "
+                      f"part (GSM-Symbolic's templates were made from them): " + "; ".join(
+                          f"{spec} tau {'-' if x['tau'] is None else format(x['tau'], '.2f')} "
+                          f"{x['speedup_vs_fastest_plain']:.2f}x"
+                          for spec, x in w["methods"].items()))
             result["wall_s"] = round(time.time() - t0, 1)
             if suite != a.suites[-1]:       # a long run keeps the suites it has finished
                 write({**result, "command": command}, a.json, plot)

@@ -295,9 +295,28 @@ def run_methods(targets, tokenizer, rows, specs, drafters, max_new_tokens=256,
                      "max_fp32_gap": max(map(abs, gaps)) if gaps else None,
                      "accuracy": mean(checks) if checks else None,
                      "dtype": str(targets[parse(spec).dtype].dtype).replace("torch.", ""),
-                     "layers": None if drafter is None else drafter.config.num_hidden_layers}
+                     "layers": None if drafter is None else drafter.config.num_hidden_layers,
+                     # prompt by prompt, in the part's order: figures of any subset of prompts
+                     "per_prompt": {"tau": p["tau"] or None,
+                                    "tpot_ms": [1e3 * t for t in p["tpot"]]}}
     return {"prompts": len(rows), "looping_prompts": sum(looping), "fastest_plain": fastest,
             "methods": out}
+
+
+def without(suite_result: dict, drop: list[int]) -> dict:
+    """The suite's figures over its prompts less those numbered ``drop`` (0-based in the part):
+    per method tau, and the speedups as the run computes them (mean TPOT over mean TPOT)."""
+    keep = [i for i in range(suite_result["prompts"]) if i not in set(drop)]
+    mean = lambda xs: sum(xs[i] for i in keep) / len(keep)
+    ms = suite_result["methods"]
+    tpot = {spec: mean(s["per_prompt"]["tpot_ms"]) for spec, s in ms.items()}
+    fastest = min((s for s in ms if parse(s).kind in ("plain", "generate")), key=tpot.get)
+    return {"prompts": len(keep), "dropped": sorted(set(drop)), "fastest_plain": fastest,
+            "methods": {spec: {"tau": None if s["per_prompt"]["tau"] is None
+                               else mean(s["per_prompt"]["tau"]),
+                               "speedup_same_dtype": tpot[s["reference"]] / tpot[spec],
+                               "speedup_vs_fastest_plain": tpot[fastest] / tpot[spec]}
+                        for spec, s in ms.items()}}
 
 
 @torch.inference_mode()
