@@ -67,3 +67,19 @@ def test_extend_adds_a_later_runs_points_to_a_saved_curve(tmp_path):
         tau_curve.main([snapshot("d", 9, 80), *common, "--extend", "--n", "2"])
     with pytest.raises(SystemExit, match="is not a file"):
         tau_curve.main([snapshot("d", 9, 80), *common[:-1], str(tmp_path / "none.json"), "--extend"])
+
+
+def test_snapshot_tau_is_the_whole_block_whatever_decoding_json_asks():
+    """A curve's points must measure one thing: the whole block, verified as a chain. A drafter
+    whose decoding.json asks for a cut (or a cost model, a tree) would otherwise verify fewer
+    drafts at the points measured after the file changed."""
+    from minidflash.config import PROMPTS_DIR
+    from minidflash.target import load_target
+    from minidflash.tools.make_data import corpus
+
+    target, tokenizer = load_target()
+    drafter = load_drafter(target=target)
+    rows = {"arithmetic": corpus.read_jsonl(PROMPTS_DIR / "arithmetic.jsonl")[:2]}
+    whole = tau_curve.snapshot_taus(target, tokenizer, drafter, rows, 32)
+    drafter.p_min = 0.9                  # as if decoding.json asked for a confidence cut
+    assert tau_curve.snapshot_taus(target, tokenizer, drafter, rows, 32) == whole

@@ -27,19 +27,24 @@ import torch
 from ...config import PROMPTS_DIR
 from ...drafter import load_drafter
 from ...target import chat_ids, load_target, stop_ids
+from ...settings import DecodingConfig
 from ...trainer import smooth
 from ...verifier import speculative_generate
 from ..make_data import corpus
 
 
 def snapshot_taus(target, tokenizer, drafter, rows_by_suite: dict, max_new_tokens: int) -> dict:
-    """{suite: tau over its rows} with the drafter as it is now (committed tokens / verify steps)."""
+    """{suite: tau over its rows} with the drafter as it is now (committed tokens / verify steps):
+    the whole block verified as a chain every step, whatever its decoding.json asks (a cut, a
+    cost model or a tree verify fewer drafts, and would make points measured before and after
+    the file changed disagree)."""
     out = {}
     for suite, rows in rows_by_suite.items():
         lengths = []
         for row in rows:
             o = speculative_generate(target, drafter, chat_ids(tokenizer, row["messages"]),
-                                     max_new_tokens, stop_token_ids=stop_ids(tokenizer))
+                                     max_new_tokens, stop_token_ids=stop_ids(tokenizer),
+                                     config=DecodingConfig())
             lengths += o.acceptance_lengths
         out[suite] = sum(lengths) / max(1, len(lengths))
     return out
