@@ -198,6 +198,11 @@ DEV_PROMPTS = 10
 SPLITS = ("test", "dev", "all")
 
 
+def part_start(split: str) -> int:
+    """Where a part begins in its suite's file (0-based line): the test part after the dev part."""
+    return {"dev": 0, "test": DEV_PROMPTS, "all": 0}[split]
+
+
 def suite_prompts(suite: str, split: str = "test", n: int | None = None,
                   prompts_dir: str | Path | None = None) -> list[dict]:
     """The first n prompts of one part of ``data/prompts/<suite>.jsonl``.
@@ -214,7 +219,7 @@ def suite_prompts(suite: str, split: str = "test", n: int | None = None,
         raise ValueError(f"no prompt suite {suite!r}: {path} does not exist; the suites are "
                          f"{', '.join(names)}")
     rows = read_jsonl(path)
-    part = {"dev": rows[:DEV_PROMPTS], "test": rows[DEV_PROMPTS:], "all": rows}[split]
+    part = rows[part_start(split):DEV_PROMPTS if split == "dev" else None]
     if n is not None and n > len(part):
         raise ValueError(f"{suite}'s {split} part holds {len(part)} prompts, fewer than the "
                          f"{n} asked for: ask for n <= {len(part)}")
@@ -226,7 +231,7 @@ def split_label(suite: str, split: str, n: int) -> str:
     file', and which of them a training template was shaped on (``overlap.shaped_items``)."""
     from .overlap import shaped_items
 
-    first = {"dev": 1, "test": DEV_PROMPTS + 1, "all": 1}[split]
+    first = part_start(split) + 1
     label = f"{suite} {split} part, prompts {first}-{first + n - 1} of the file"
     shaped = [line + 1 for line in shaped_items().get(suite, ()) if first <= line + 1 < first + n]
     if shaped:   # the drafters trained before overlap.py read a template written after these

@@ -333,7 +333,7 @@ def template_sources(suite: str, split: str, n: int) -> list[int]:
         return []
     from ..make_data.chat_prompts import GSM_SYMBOLIC_SOURCES
 
-    first = {"dev": 0, "test": corpus.DEV_PROMPTS, "all": 0}[split]
+    first = corpus.part_start(split)
     return [line - first for line in GSM_SYMBOLIC_SOURCES if first <= line < first + n]
 
 

@@ -219,6 +219,11 @@ def decode(target, drafter, ids, max_new_tokens, stops, m: Method):
                                 config=config)
 
 
+def fastest_plain(tpot: dict) -> str:
+    """The plain decoding (ours or transformers' generate, any dtype) with the least TPOT."""
+    return min((s for s in tpot if parse(s).kind in ("plain", "generate")), key=tpot.get)
+
+
 def run_methods(targets, tokenizer, rows, specs, drafters, max_new_tokens=256,
                 progress=True) -> dict:
     """Decode every prompt with every method (greedy); per-method figures for this suite.
@@ -268,8 +273,7 @@ def run_methods(targets, tokenizer, rows, specs, drafters, max_new_tokens=256,
             p["correct"].append(correct(row, tokenizer.decode(got["new"], skip_special_tokens=True)))
     mean = lambda xs: sum(xs) / len(xs) if xs else None
     tpot = {spec: mean(p["tpot"]) for spec, p in per.items()}
-    plains = [s for s in specs if parse(s).kind in ("plain", "generate")]
-    fastest = min(plains, key=tpot.get)
+    fastest = fastest_plain(tpot)
     out = {}
     for spec, p in per.items():
         checks = [c for c in p["correct"] if c is not None]
@@ -306,12 +310,13 @@ def run_methods(targets, tokenizer, rows, specs, drafters, max_new_tokens=256,
 def without(suite_result: dict, drop: list[int]) -> dict:
     """The suite's figures over its prompts less those numbered ``drop`` (0-based in the part):
     per method tau, and the speedups as the run computes them (mean TPOT over mean TPOT)."""
-    keep = [i for i in range(suite_result["prompts"]) if i not in set(drop)]
+    drop = sorted(set(drop))
+    keep = [i for i in range(suite_result["prompts"]) if i not in drop]
     mean = lambda xs: sum(xs[i] for i in keep) / len(keep)
     ms = suite_result["methods"]
     tpot = {spec: mean(s["per_prompt"]["tpot_ms"]) for spec, s in ms.items()}
-    fastest = min((s for s in ms if parse(s).kind in ("plain", "generate")), key=tpot.get)
-    return {"prompts": len(keep), "dropped": sorted(set(drop)), "fastest_plain": fastest,
+    fastest = fastest_plain(tpot)
+    return {"prompts": len(keep), "dropped": drop, "fastest_plain": fastest,
             "methods": {spec: {"tau": None if s["per_prompt"]["tau"] is None
                                else mean(s["per_prompt"]["tau"]),
                                "speedup_same_dtype": tpot[s["reference"]] / tpot[spec],

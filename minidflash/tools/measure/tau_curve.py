@@ -26,8 +26,8 @@ import torch
 
 from ...config import PROMPTS_DIR
 from ...drafter import load_drafter
-from ...target import chat_ids, load_target, stop_ids
 from ...settings import DecodingConfig
+from ...target import chat_ids, load_target, stop_ids
 from ...trainer import smooth
 from ...verifier import speculative_generate
 from ..make_data import corpus
