@@ -23,6 +23,7 @@ the user's cache (``~/.cache/minidflash``), so that later loads read safetensors
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 import sys
 from pathlib import Path
@@ -75,6 +76,22 @@ def native_bf16(device: str | torch.device = "cpu") -> bool:
     if device.type == "cpu":
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     return False
+
+
+def describe_machine() -> dict:
+    """What a measurement ran on, for its result file: the CPU's model name, its core count,
+    whether it multiplies bf16 matrices in hardware (``native_bf16``: the verify curve in bf16 is
+    near flat with it, steep without) and torch's version. Timings from machines that differ
+    here are not comparable."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f
+                        if line.startswith("model name")), cpu)
+    except OSError:                       # not Linux
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "native_bf16": native_bf16("cpu"),
+            "torch": torch.__version__}
 
 
 def resolve_dtype(dtype, num_parameters: int, device: str | torch.device = "cpu") -> torch.dtype:

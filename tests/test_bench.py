@@ -2,6 +2,7 @@
 plain decoding, and the draft-cost sweep covers every drafter and length."""
 
 import json
+import os
 
 import pytest
 import torch
@@ -170,6 +171,9 @@ def test_step_times_command_writes_each_thread_count(tmp_path, monkeypatch):
     assert saved["threads"]["1"]["dflash_step_in_decode_steps"] == pytest.approx((1 + 7) / 2)
     assert saved["command"] == f"python -m minidflash bench --step-times --threads 1 2 --json {path}"
     assert saved["target"] == "data/target" and saved["drafter"] == "data/drafter"
+    machine = saved["machine"]                     # what the timings hold on
+    assert machine["cores"] == os.cpu_count() and machine["cpu"] and machine["torch"] == torch.__version__
+    assert machine["native_bf16"] == torch.ops.mkldnn._is_mkldnn_bf16_supported()
     assert path.with_suffix(".png").exists()
     with pytest.raises(SystemExit):
         bench.main(["--threads", "1", "2", "--n", "1"])

@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 from ...decoding import cache_kwargs, clock, crop_cache
 from ...config import TINY_DRAFTER_DIR, TINY_TARGET_DIR, repo_relative
 from ...drafter import load_drafter
-from ...target import chat_ids, load_target, stop_ids
+from ...target import chat_ids, describe_machine, load_target, stop_ids
 from ...verifier import speculative_generate
 from ..make_data import corpus
 from .metrics import correct, repeated_4gram_share
@@ -342,6 +342,7 @@ def write(results: dict, json_path: str | None, plot_fn) -> None:
     if json_path:
         path = Path(json_path)
         path.parent.mkdir(parents=True, exist_ok=True)
+        results.setdefault("machine", describe_machine())     # timings hold on this machine
         path.write_text(json.dumps(results, indent=1) + "\n")
         plot_fn(results, path.with_suffix(".png"))
 

@@ -35,7 +35,7 @@ from transformers import DynamicCache
 
 from ...decoding import cache_kwargs, crop_cache
 from ...drafter import check_tree, load_drafter
-from ...target import chat_ids, load_target, stop_ids
+from ...target import chat_ids, describe_machine, load_target, stop_ids
 from ...verifier import speculative_generate
 from ...verify_cost import VerifyCost, costs_from_dict, costs_to_dict
 from ..make_data import corpus
@@ -282,7 +282,8 @@ def main(argv=None) -> dict:
                                         else "data/drafter")}
     if a.what == "curve":
         results.update(device=(torch.cuda.get_device_name() if target.device.type == "cuda"
-                               else "cpu"), dtype=str(target.dtype).replace("torch.", ""))
+                               else "cpu"), dtype=str(target.dtype).replace("torch.", ""),
+                       machine=describe_machine())
         results.update(context=a.context, threads=curve_by_threads(
             target, drafter, a.threads, context=a.context, max_k=a.max_k))
         for t, c in results["threads"].items():
