@@ -35,17 +35,19 @@ KERNEL_RESULT = RESULTS_DIR / "kernel_bench.json"   # python -m minidflash bench
 
 
 def kernel_verified(path=KERNEL_RESULT) -> bool:
-    """True when a GPU run of bench-kernel is recorded: not a CPU smoke run, with the kernel's
-    rows error-free and its forward output close to SDPA's (0.1: bf16 rounding passes, a wrong
-    kernel does not)."""
+    """True when a GPU run of bench-kernel is recorded: not a CPU smoke run, its checks against
+    the fp32 reference (output and gradients) all passed, the kernel's rows error-free and its
+    forward output close to SDPA's (0.1: bf16 rounding passes, a wrong kernel does not)."""
     try:
         result = json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return False
     rows = [r for r in result.get("rows", []) if r.get("method") == "triton"]
     diffs = [r.get("max_abs_diff_vs_sdpa") for r in rows if r.get("passes") == "forward"]
+    checks = result.get("checks", [])
     return (result.get("smoke") is False and bool(diffs) and all(r.get("error") is None for r in rows)
-            and all(d is not None and d < 0.1 for d in diffs))
+            and all(d is not None and d < 0.1 for d in diffs)
+            and bool(checks) and all(c.get("ok") is True for c in checks))
 
 
 @functools.cache

@@ -41,11 +41,16 @@ def test_kernel_counts_as_verified_only_after_a_gpu_run(tmp_path):
     row = lambda **kw: {"method": "triton", "passes": "forward", "error": None,
                         "max_abs_diff_vs_sdpa": 4e-3, **kw}
     backward = row(passes="forward+backward", max_abs_diff_vs_sdpa=None)
-    cases = {"gpu": ({"smoke": False, "rows": [row(), backward]}, True),
-             "smoke": ({"smoke": True, "rows": [row()]}, False),
-             "failed": ({"smoke": False, "rows": [row(), row(error="OutOfMemoryError: ...")]}, False),
-             "wrong": ({"smoke": False, "rows": [row(max_abs_diff_vs_sdpa=0.9)]}, False),
-             "no_kernel_rows": ({"smoke": False, "rows": [row(method="sdpa")]}, False)}
+    ok = [{"case": "training", "tensor": t, "ok": True} for t in ("out", "dq", "dk", "dv")]
+    bad_grad = ok[:3] + [{"case": "training", "tensor": "dv", "ok": False}]
+    cases = {"gpu": ({"smoke": False, "rows": [row(), backward], "checks": ok}, True),
+             "smoke": ({"smoke": True, "rows": [row()], "checks": ok}, False),
+             "failed": ({"smoke": False, "rows": [row(), row(error="OutOfMemoryError: ...")],
+                         "checks": ok}, False),
+             "wrong": ({"smoke": False, "rows": [row(max_abs_diff_vs_sdpa=0.9)], "checks": ok}, False),
+             "wrong_gradient": ({"smoke": False, "rows": [row(), backward], "checks": bad_grad}, False),
+             "unchecked": ({"smoke": False, "rows": [row(), backward]}, False),
+             "no_kernel_rows": ({"smoke": False, "rows": [row(method="sdpa")], "checks": ok}, False)}
     for name, (result, verified) in cases.items():
         (tmp_path / f"{name}.json").write_text(json.dumps(result))
         assert attention.kernel_verified(tmp_path / f"{name}.json") is verified, name

@@ -180,3 +180,21 @@ def test_work_grows_with_the_visible_area_not_the_dense_one():
     counts = [len(tile_schedule(early, S_, B, tile_q, tile_k)["by_query"])
               for S_ in (1024, 2048, 4096)]
     assert counts[0] == counts[1] == counts[2]
+
+
+@pytest.mark.parametrize("ragged", [False, True], ids=["random_anchors", "anchors_near_end"])
+def test_bench_kernel_check_passes_the_kernel_and_fails_an_off_by_one(monkeypatch, ragged):
+    """bench-kernel's check (what a GPU run records before it may become the training default):
+    the kernel in bf16 against the fp32 reference, output and gradients, passes; the same kernel
+    fed anchors one position late (an off-by-one a caller could make) fails it."""
+    import minidflash.kernel as kernel
+    from minidflash.tools.measure.bench_kernel import SMOKE_TRAIN, check_case, near_end
+
+    anchors = near_end(SMOKE_TRAIN) if ragged else None
+    rows = check_case("training", SMOKE_TRAIN, torch.bfloat16, DEVICE, anchors)
+    assert [r["tensor"] for r in rows] == ["out", "dq", "dk", "dv"] and all(r["ok"] for r in rows)
+    right = kernel.block_attention
+    monkeypatch.setattr(kernel, "block_attention",
+                        lambda q, k, v, a, S, B: right(q, k, v, (a - 1).clamp(min=0), S, B))
+    rows = check_case("training", SMOKE_TRAIN, torch.bfloat16, DEVICE, anchors)
+    assert not all(r["ok"] for r in rows)

@@ -15,8 +15,12 @@ same with K/V repeated to 32 heads, which lets torch pick its memory-efficient k
 ``flex`` (torch.nn.attention.flex_attention, compiled, with a BlockMask built from the same
 mask.visible rule) and, at inference, ``sdpa_no_mask``. Masks are built once, outside the
 timings, as a trainer would reuse them across layers. Writes a JSON table and a PNG plot next to
-it. Without a CUDA device it says so and exits 0; ``--cpu-smoke`` runs tiny shapes through
-Triton's interpreter instead, to check the script itself (its timings mean nothing).
+it. Before any timing, ``check_case`` compares the kernel's output and its three gradients, in
+the run's dtype, with the fp32 reference on the same inputs, beside SDPA in that dtype (whose
+error is what the dtype costs anyway): the training case, anchors near the sequence's end
+(blocks longer than the tokens left) and the inference block; the JSON's ``checks``. Without a
+CUDA device it says so and exits 0; ``--cpu-smoke`` runs tiny shapes through Triton's
+interpreter instead, to check the script itself (its timings mean nothing).
 """
 
 from __future__ import annotations
@@ -52,6 +56,52 @@ def make_case(N, S, n, B, Hq, Hkv, D, dtype, device, inference, seed=0):
                                for _ in range(N)])
     to = lambda t: t.to(device, dtype)
     return to(q), to(k), to(v), anchors.to(device)
+
+
+def near_end(shape):
+    """Anchors for the ragged case: every block starts within B of the sequence's end, so most
+    run past the S context tokens (sorted; n of them, in [S - B + 1, S])."""
+    S, n, B = shape["S"], shape["n"], shape["B"]
+    return (S - torch.arange(n) * (B - 1) // max(1, n - 1)).flip(0).expand(shape["N"], n)
+
+
+def check_case(name, shape, dtype, device, anchors=None):
+    """The kernel in ``dtype`` against block_attention_reference in fp32 on the same (rounded)
+    inputs: the output and dq, dk, dv. SDPA with the dense mask in ``dtype`` is the yardstick:
+    the kernel passes where its largest error is within twice SDPA's, or within 2% of the
+    reference's largest value (bf16 keeps 8 bits of mantissa)."""
+    from ...kernel import block_attention, block_attention_reference
+    from ...mask import dense_mask
+
+    inference = name == "inference"
+    q, k, v, a = make_case(**shape, dtype=dtype, device=device, inference=inference)
+    a = a if anchors is None else anchors.to(device)
+    S, B, group = shape["S"], shape["B"], shape["Hq"] // shape["Hkv"]
+    g = torch.Generator().manual_seed(1)
+    grad_out = torch.randn(q.shape, generator=g).to(device, dtype)
+    dense = dense_mask(a, S, B)
+
+    def outputs_and_grads(fn, *tensors):
+        q, k, v, go = (t.detach() for t in tensors)
+        q, k, v = (t.requires_grad_() for t in (q, k, v))
+        out = fn(q, k, v)
+        return [out.detach().float(), *(t.float() for t in torch.autograd.grad(out, (q, k, v), go))]
+
+    fp32 = [t.float() for t in (q, k, v, grad_out)]
+    want = outputs_and_grads(lambda q, k, v: block_attention_reference(q, k, v, a, S, B), *fp32)
+    got = outputs_and_grads(lambda q, k, v: block_attention(q, k, v, a, S, B), q, k, v, grad_out)
+    sdpa = outputs_and_grads(lambda q, k, v: F.scaled_dot_product_attention(
+        q, k, v, attn_mask=dense, enable_gqa=group > 1), q, k, v, grad_out)
+    rows = []
+    for tensor, w, x, y in zip(("out", "dq", "dk", "dv"), want, got, sdpa):
+        err, sdpa_err = (x - w).abs().max().item(), (y - w).abs().max().item()
+        scale = w.abs().max().item()
+        rows.append(dict(case=name, tensor=tensor, max_abs_ref=scale, kernel_max_abs_err=err,
+                         sdpa_max_abs_err=sdpa_err,
+                         ok=bool(err == err and err <= max(2 * sdpa_err, 0.02 * scale))))
+        print(f"check {name:17s} {tensor:3s} kernel {err:.2e}  sdpa {sdpa_err:.2e}  "
+              f"(largest |ref| {scale:.2e})  {'ok' if rows[-1]['ok'] else 'FAILED'}", flush=True)
+    return rows
 
 
 def time_ms(fn, device, grads=()):
@@ -210,6 +260,9 @@ def main(argv=None) -> int:
     result = dict(device=torch.cuda.get_device_name() if device == "cuda" else platform.processor(),
                   torch=torch.__version__, triton=triton.__version__, dtype=str(dtype),
                   shapes=dict(training=train, inference=infer), cases={}, rows=[])
+    result["checks"] = (check_case("training", train, dtype, device)
+                        + check_case("anchors_near_end", train, dtype, device, near_end(train))
+                        + check_case("inference", infer, dtype, device))
     for name, shape, passes in (("training", train, ("forward", "forward+backward")),
                                 ("inference", infer, ("forward",))):
         rows, visible_fraction = run_case(name, shape, dtype, device, passes)
@@ -223,7 +276,10 @@ def main(argv=None) -> int:
     out.write_text(json.dumps(result, indent=2))
     plot(result["rows"], out.with_suffix(".png"))
     print(f"wrote {out} (and its plot, {out.with_suffix('.png').name})")
-    return 0
+    failed = [f"{c['case']} {c['tensor']}" for c in result["checks"] if not c["ok"]]
+    if failed:
+        print(f"bench_kernel: the kernel is off the fp32 reference in {', '.join(failed)}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
