@@ -120,15 +120,15 @@ def sample_anchors(response_start: int, length: int, block_size: int, n: int,
 def block_inputs(ids: torch.Tensor, anchors: torch.Tensor, block_size: int, mask_token_id: int):
     """Block tokens (N, n*B) = [x_a, MASK, ...] per anchor, and their positions (N, n*B)."""
     N, n = anchors.shape
-    tokens = torch.full((N, n, block_size), mask_token_id, dtype=torch.long)
+    tokens = torch.full((N, n, block_size), mask_token_id, dtype=torch.long, device=ids.device)
     tokens[:, :, 0] = ids.gather(1, anchors)
-    pos = anchors[:, :, None] + torch.arange(block_size)                       # (N, n, B)
+    pos = anchors[:, :, None] + torch.arange(block_size, device=anchors.device)  # (N, n, B)
     return tokens.view(N, -1), pos.view(N, -1)
 
 
 def block_labels(ids: torch.Tensor, anchors: torch.Tensor, block_size: int) -> torch.Tensor:
     """Labels (N, n, B): slot k of the block at anchor a is labelled x_{a+k}; slot 0 is -100."""
-    pos = anchors[:, :, None] + torch.arange(block_size)                       # (N, n, B)
+    pos = anchors[:, :, None] + torch.arange(block_size, device=anchors.device)  # (N, n, B)
     labels = ids.gather(1, pos.clamp(max=ids.shape[1] - 1).view(ids.shape[0], -1)).view(pos.shape)
     labels[pos >= ids.shape[1]] = -100   # past the end: no label (anchors <= S - B avoid this)
     labels[:, :, 0] = -100
@@ -141,7 +141,8 @@ def slot_topk(top: tuple, anchors: torch.Tensor, block_size: int) -> tuple:
     top: (values, ids), each (N, S, k), position p holding the logits that chose x_{p+1}."""
     values, ids = top
     N, S, k = values.shape
-    pos = (anchors[:, :, None] + torch.arange(block_size) - 1).clamp(0, S - 1)  # (N, n, B)
+    slots = torch.arange(block_size, device=anchors.device)
+    pos = (anchors[:, :, None] + slots - 1).clamp(0, S - 1)                    # (N, n, B)
     at = pos.view(N, -1, 1).expand(-1, -1, k)
     return tuple(t.gather(1, at).view(*pos.shape, k) for t in (values, ids))
 
@@ -165,7 +166,7 @@ def drafter_logits(drafter: DFlashDrafter, target, ids, hidden, anchors):
         raise ValueError(f"ids {tuple(ids.shape)}, hidden {tuple(hidden.shape)} and anchors "
                          f"{tuple(anchors.shape)} must agree on batch N and sequence S")
     tokens, pos = block_inputs(ids, anchors, B, drafter.mask_token_id)       # (N, n*B)
-    ctx_pos = torch.arange(S).expand(N, -1)
+    ctx_pos = torch.arange(S, device=ids.device).expand(N, -1)
     x = target.get_input_embeddings()(tokens)                                 # (N, n*B, H)
     h = drafter(x, hidden, torch.cat([ctx_pos, pos], 1), anchors=anchors)     # (N, n*B, H)
     return drafter.logits(target, h).view(N, anchors.shape[1], B, -1)        # V, or K columns

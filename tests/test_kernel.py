@@ -4,6 +4,8 @@ On a CPU the kernels run through Triton's interpreter (tests/conftest.py sets TR
 so the shapes are small; they are chosen odd so that every tile has a ragged edge.
 """
 
+import math
+
 import pytest
 import torch
 
@@ -198,3 +200,17 @@ def test_bench_kernel_check_passes_the_kernel_and_fails_an_off_by_one(monkeypatc
                         lambda q, k, v, a, S, B: right(q, k, v, (a - 1).clamp(min=0), S, B))
     rows = check_case("training", SMOKE_TRAIN, torch.bfloat16, DEVICE, anchors)
     assert not all(r["ok"] for r in rows)
+
+
+def test_bench_kernel_train_step_gives_one_loss_on_both_backends():
+    """bench-kernel's training step (the drafter's forward, loss and backward on random weights)
+    runs on each attention backend and reaches the same loss: the kernel and SDPA compute the
+    same attention, so only their speed may differ."""
+    from minidflash.tools.measure.bench_kernel import SMOKE_STEP, train_step_rows
+
+    rows = train_step_rows(SMOKE_STEP["shape"], SMOKE_STEP["S"], SMOKE_STEP["n"], torch.float32,
+                           DEVICE)
+    assert [r["method"] for r in rows] == ["sdpa", "triton"]
+    assert all(r["error"] is None and r["ms"] > 0 and r["slots_per_s"] > 0 for r in rows)
+    assert math.isfinite(rows[0]["loss"])
+    assert rows[1]["loss"] == pytest.approx(rows[0]["loss"], rel=1e-5)

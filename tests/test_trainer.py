@@ -437,3 +437,18 @@ def test_bf16_compute_runs_under_autocast_and_learns(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="compute_dtype"):
         trainer.train(trainer.TrainConfig(compute_dtype="float16", out=str(tmp_path / "e")),
                       target, Tok(60), data, progress=False)
+
+
+def test_block_tensors_are_made_where_the_batch_is():
+    """The step's index tensors follow ids and anchors to their device (a GPU under torchrun
+    with NCCL): made on the CPU beside a CUDA batch, the embedding lookup would fail. The meta
+    device stands in for a GPU: every tensor made from a meta batch must be meta too."""
+    ids = torch.randint(0, 50, (2, 30)).to("meta")
+    anchors = torch.tensor([[3, 9], [1, 20]]).to("meta")
+    tokens, pos = trainer.block_inputs(ids, anchors, 4, mask_token_id=49)
+    labels = trainer.block_labels(ids, anchors, 4)
+    top = tuple(t.to("meta") for t in (torch.randn(2, 30, 3), torch.randint(0, 50, (2, 30, 3))))
+    values, top_ids = trainer.slot_topk(top, anchors, 4)
+    for t in (tokens, pos, labels, values, top_ids):
+        assert t.device.type == "meta"
+    assert tokens.shape == pos.shape == (2, 8) and labels.shape == values.shape[:3] == (2, 2, 4)

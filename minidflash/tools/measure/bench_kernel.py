@@ -18,7 +18,9 @@ timings, as a trainer would reuse them across layers. Writes a JSON table and a 
 it. Before any timing, ``check_case`` compares the kernel's output and its three gradients, in
 the run's dtype, with the fp32 reference on the same inputs, beside SDPA in that dtype (whose
 error is what the dtype costs anyway): the training case, anchors near the sequence's end
-(blocks longer than the tokens left) and the inference block; the JSON's ``checks``. Without a
+(blocks longer than the tokens left) and the inference block; the JSON's ``checks``. After the
+attention alone, ``train_step_rows`` times the drafter's whole training step at the published 8B
+drafter's shape (random weights) on each drafter backend; the JSON's ``train_step``. Without a
 CUDA device it says so and exits 0; ``--cpu-smoke`` runs tiny shapes through Triton's
 interpreter instead, to check the script itself (its timings mean nothing).
 """
@@ -41,6 +43,14 @@ TRAIN = dict(N=1, S=3072, n=512, B=16, Hq=32, Hkv=8, D=128)
 INFER = dict(N=1, S=4096, n=1, B=16, Hq=32, Hkv=8, D=128)
 SMOKE_TRAIN = dict(N=1, S=40, n=4, B=4, Hq=4, Hkv=2, D=32)
 SMOKE_INFER = dict(N=1, S=48, n=1, B=4, Hq=4, Hkv=2, D=32)
+# the drafter's whole training step: the published 8B drafter's shape (budget.SHAPES), random
+# weights, one sequence of S tokens with n anchors; and a tiny pair for --cpu-smoke
+STEP = dict(shape="qwen3-8b", S=3072, n=512)
+SMOKE_STEP = dict(shape=(dict(vocab_size=256, hidden_size=64, intermediate_size=128,
+                              num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                              head_dim=32, tie_word_embeddings=False),
+                         dict(num_hidden_layers=2, target_layer_ids=[1, 2], block_size=4,
+                              mask_token_id=255)), S=40, n=4)
 
 
 def make_case(N, S, n, B, Hq, Hkv, D, dtype, device, inference, seed=0):
@@ -101,6 +111,54 @@ def check_case(name, shape, dtype, device, anchors=None):
                          ok=bool(err == err and err <= max(2 * sdpa_err, 0.02 * scale))))
         print(f"check {name:17s} {tensor:3s} kernel {err:.2e}  sdpa {sdpa_err:.2e}  "
               f"(largest |ref| {scale:.2e})  {'ok' if rows[-1]['ok'] else 'FAILED'}", flush=True)
+    return rows
+
+
+def train_step_rows(shape, S, n, dtype, device, backends=("sdpa", "triton")):
+    """One drafter training step (forward, the paper's weighted loss over the full vocabulary,
+    backward) per attention backend, on random weights, features and tokens: ms a step, sequence
+    tokens and drafted slots per second, peak memory. FlexAttention is not a drafter backend:
+    it is timed on the attention alone (run_case)."""
+    from ...config import gamma_for
+    from ...trainer import block_labels, drafter_loss, drafter_logits, loss_weights
+    from .budget import random_pair
+
+    target, drafter = random_pair(shape, device, dtype)
+    drafter.train().requires_grad_(True)
+    B, H = drafter.block_size, target.config.hidden_size
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, target.config.vocab_size, (1, S), generator=g)
+    anchors = (torch.randperm(S - B, generator=g)[:n] + 1).sort().values[None]
+    hidden = torch.randn(1, S, len(drafter.target_layer_ids) * H, generator=g).to(device, dtype)
+    weights, valid = loss_weights(B, gamma_for(B)).to(device), torch.ones(1, n, device=device)
+    labels = block_labels(ids, anchors, B).to(device)
+    ids, anchors = ids.to(device), anchors.to(device)
+    rows = []
+    for backend in backends:
+        drafter.backend = backend
+        row = dict(case="train_step", method=backend, ms=None, seq_tokens_per_s=None,
+                   slots_per_s=None, peak_gib=None, loss=None, error=None)
+        try:
+            if device == "cuda":
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats()
+
+            def step():
+                logits = drafter_logits(drafter, target, ids, hidden, anchors)
+                loss, _ = drafter_loss(logits, labels, weights, valid)
+                loss.backward()
+                return loss
+            row["loss"] = step().item()
+            row["ms"] = time_ms(step, device, grads=list(drafter.parameters()))
+            row["seq_tokens_per_s"] = S / (row["ms"] * 1e-3)
+            row["slots_per_s"] = n * B / (row["ms"] * 1e-3)
+            if device == "cuda":
+                row["peak_gib"] = torch.cuda.max_memory_allocated() / 2 ** 30
+        except Exception as e:  # an OOM or an unsupported combination is a result too
+            row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        rows.append(row)
+        shown = f"{row['ms']:9.1f} ms" if row["ms"] is not None else row["error"]
+        print(f"train step {backend:7s} {shown}", flush=True)
     return rows
 
 
@@ -244,9 +302,9 @@ def main(argv=None) -> int:
 
     if args.cpu_smoke:
         os.environ["TRITON_INTERPRET"] = "1"  # before minidflash.kernel is imported
-        device, dtype, train, infer = "cpu", torch.float32, SMOKE_TRAIN, SMOKE_INFER
+        device, dtype, train, infer, step = "cpu", torch.float32, SMOKE_TRAIN, SMOKE_INFER, SMOKE_STEP
     elif torch.cuda.is_available():
-        device, dtype, train, infer = "cuda", torch.bfloat16, TRAIN, INFER
+        device, dtype, train, infer, step = "cuda", torch.bfloat16, TRAIN, INFER, STEP
     else:
         print("bench_kernel: no CUDA device, nothing to time. This benchmark needs a GPU; "
               "on a CPU, `--cpu-smoke` checks that the script runs (timings meaningless).")
@@ -268,6 +326,9 @@ def main(argv=None) -> int:
         rows, visible_fraction = run_case(name, shape, dtype, device, passes)
         result["rows"] += rows
         result["cases"][name] = dict(visible_fraction=visible_fraction)
+    result["train_step"] = dict(shape=step["shape"] if isinstance(step["shape"], str) else "smoke",
+                                S=step["S"], n=step["n"],
+                                rows=train_step_rows(step["shape"], step["S"], step["n"], dtype, device))
 
     result["smoke"] = bool(args.cpu_smoke)
     out = Path(args.out or ("/tmp/kernel_bench_smoke.json" if args.cpu_smoke

@@ -53,12 +53,13 @@ SHAPES = {"qwen3-8b": (QWEN3_8B, dict(num_hidden_layers=5, target_layer_ids=[1, 
                                       block_size=16, mask_token_id=151669))}
 
 
-def random_pair(shape: str, device: str, dtype: torch.dtype):
-    """(target, drafter) of a published shape with random weights, built on the device."""
+def random_pair(shape, device: str, dtype: torch.dtype):
+    """(target, drafter) of a published shape (a name of SHAPES, or its pair of field dicts) with
+    random weights, built on the device."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     from ...drafter import DFlashDrafter, make_drafter_config
-    target_fields, drafter_fields = SHAPES[shape]
+    target_fields, drafter_fields = SHAPES[shape] if isinstance(shape, str) else shape
     torch.set_default_dtype(dtype)
     try:
         with torch.device(device):
