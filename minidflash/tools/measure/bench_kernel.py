@@ -133,33 +133,42 @@ def train_step_rows(shape, S, n, dtype, device, backends=("sdpa", "triton")):
     weights, valid = loss_weights(B, gamma_for(B)).to(device), torch.ones(1, n, device=device)
     labels = block_labels(ids, anchors, B).to(device)
     ids, anchors = ids.to(device), anchors.to(device)
+    def step():
+        logits = drafter_logits(drafter, target, ids, hidden, anchors)
+        loss, _ = drafter_loss(logits, labels, weights, valid)
+        loss.backward()
+        return loss
+
+    def measure(row):
+        row["loss"] = step().item()
+        row["ms"] = time_ms(step, device, grads=list(drafter.parameters()))
+        row["seq_tokens_per_s"] = S / (row["ms"] * 1e-3)
+        row["slots_per_s"] = n * B / (row["ms"] * 1e-3)
+
     rows = []
     for backend in backends:
         drafter.backend = backend
         row = dict(case="train_step", method=backend, ms=None, seq_tokens_per_s=None,
                    slots_per_s=None, peak_gib=None, loss=None, error=None)
-        try:
-            if device == "cuda":
-                torch.cuda.empty_cache()
-                torch.cuda.reset_peak_memory_stats()
-
-            def step():
-                logits = drafter_logits(drafter, target, ids, hidden, anchors)
-                loss, _ = drafter_loss(logits, labels, weights, valid)
-                loss.backward()
-                return loss
-            row["loss"] = step().item()
-            row["ms"] = time_ms(step, device, grads=list(drafter.parameters()))
-            row["seq_tokens_per_s"] = S / (row["ms"] * 1e-3)
-            row["slots_per_s"] = n * B / (row["ms"] * 1e-3)
-            if device == "cuda":
-                row["peak_gib"] = torch.cuda.max_memory_allocated() / 2 ** 30
-        except Exception as e:  # an OOM or an unsupported combination is a result too
-            row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
-        rows.append(row)
-        shown = f"{row['ms']:9.1f} ms" if row["ms"] is not None else row["error"]
-        print(f"train step {backend:7s} {shown}", flush=True)
+        rows.append(measured(row, device, measure, f"train step {backend:7s}"))
     return rows
+
+
+def measured(row: dict, device: str, measure, label: str) -> dict:
+    """``row`` with what ``measure(row)`` times written in, the GPU's peak memory beside it, or
+    the failure (an OOM or an unsupported combination is a result too); printed on one line."""
+    try:
+        if device == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        measure(row)
+        if device == "cuda":
+            row["peak_gib"] = torch.cuda.max_memory_allocated() / 2 ** 30
+    except Exception as e:
+        row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+    shown = f"{row['ms']:9.3f} ms" if row["ms"] is not None else row["error"]
+    print(f"{label} {shown}", flush=True)
+    return row
 
 
 def time_ms(fn, device, grads=()):
@@ -221,12 +230,8 @@ def run_case(name, shape, dtype, device, passes):
     reference = None
     for method, fn in methods.items():
         for pass_ in passes:
-            row = dict(case=name, method=method, passes=pass_, ms=None, speedup_vs_sdpa=None,
-                       visible_tflops=None, peak_gib=None, max_abs_diff_vs_sdpa=None, error=None)
-            try:
-                if device == "cuda":
-                    torch.cuda.empty_cache()
-                    torch.cuda.reset_peak_memory_stats()
+            def measure(row):
+                nonlocal reference
                 if pass_ == "forward":
                     with torch.no_grad():
                         out = fn(q, k, v)
@@ -244,13 +249,10 @@ def run_case(name, shape, dtype, device, passes):
                                         grads=(qg, kg, vg))
                     flops = 3.5 * forward_flops                           # backward = 2.5 x forward
                 row["visible_tflops"] = flops / (row["ms"] * 1e-3) / 1e12
-                if device == "cuda":
-                    row["peak_gib"] = torch.cuda.max_memory_allocated() / 2 ** 30
-            except Exception as e:  # an OOM or an unsupported combination is a result too
-                row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
-            rows.append(row)
-            shown = f"{row['ms']:9.3f} ms" if row["ms"] is not None else row["error"]
-            print(f"{name:9s} {pass_:16s} {method:17s} {shown}", flush=True)
+
+            row = dict(case=name, method=method, passes=pass_, ms=None, speedup_vs_sdpa=None,
+                       visible_tflops=None, peak_gib=None, max_abs_diff_vs_sdpa=None, error=None)
+            rows.append(measured(row, device, measure, f"{name:9s} {pass_:16s} {method:17s}"))
     sdpa_ms = {r["passes"]: r["ms"] for r in rows if r["method"] == "sdpa"}
     for r in rows:
         if r["ms"] and sdpa_ms.get(r["passes"]):
@@ -302,9 +304,11 @@ def main(argv=None) -> int:
 
     if args.cpu_smoke:
         os.environ["TRITON_INTERPRET"] = "1"  # before minidflash.kernel is imported
-        device, dtype, train, infer, step = "cpu", torch.float32, SMOKE_TRAIN, SMOKE_INFER, SMOKE_STEP
+        device, dtype, step = "cpu", torch.float32, SMOKE_STEP
+        train, infer = SMOKE_TRAIN, SMOKE_INFER
     elif torch.cuda.is_available():
-        device, dtype, train, infer, step = "cuda", torch.bfloat16, TRAIN, INFER, STEP
+        device, dtype, step = "cuda", torch.bfloat16, STEP
+        train, infer = TRAIN, INFER
     else:
         print("bench_kernel: no CUDA device, nothing to time. This benchmark needs a GPU; "
               "on a CPU, `--cpu-smoke` checks that the script runs (timings meaningless).")
@@ -328,7 +332,8 @@ def main(argv=None) -> int:
         result["cases"][name] = dict(visible_fraction=visible_fraction)
     result["train_step"] = dict(shape=step["shape"] if isinstance(step["shape"], str) else "smoke",
                                 S=step["S"], n=step["n"],
-                                rows=train_step_rows(step["shape"], step["S"], step["n"], dtype, device))
+                                rows=train_step_rows(step["shape"], step["S"], step["n"], dtype,
+                                                     device))
 
     result["smoke"] = bool(args.cpu_smoke)
     out = Path(args.out or ("/tmp/kernel_bench_smoke.json" if args.cpu_smoke
