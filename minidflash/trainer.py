@@ -117,18 +117,23 @@ def sample_anchors(response_start: int, length: int, block_size: int, n: int,
     return (lo + pick).sort().values
 
 
+def block_positions(anchors: torch.Tensor, block_size: int) -> torch.Tensor:
+    """The position of every slot (N, n, B): the block at anchor a covers a .. a + B - 1."""
+    return anchors[:, :, None] + torch.arange(block_size, device=anchors.device)
+
+
 def block_inputs(ids: torch.Tensor, anchors: torch.Tensor, block_size: int, mask_token_id: int):
     """Block tokens (N, n*B) = [x_a, MASK, ...] per anchor, and their positions (N, n*B)."""
     N, n = anchors.shape
     tokens = torch.full((N, n, block_size), mask_token_id, dtype=torch.long, device=ids.device)
     tokens[:, :, 0] = ids.gather(1, anchors)
-    pos = anchors[:, :, None] + torch.arange(block_size, device=anchors.device)  # (N, n, B)
+    pos = block_positions(anchors, block_size)                                 # (N, n, B)
     return tokens.view(N, -1), pos.view(N, -1)
 
 
 def block_labels(ids: torch.Tensor, anchors: torch.Tensor, block_size: int) -> torch.Tensor:
     """Labels (N, n, B): slot k of the block at anchor a is labelled x_{a+k}; slot 0 is -100."""
-    pos = anchors[:, :, None] + torch.arange(block_size, device=anchors.device)  # (N, n, B)
+    pos = block_positions(anchors, block_size)                                 # (N, n, B)
     labels = ids.gather(1, pos.clamp(max=ids.shape[1] - 1).view(ids.shape[0], -1)).view(pos.shape)
     labels[pos >= ids.shape[1]] = -100   # past the end: no label (anchors <= S - B avoid this)
     labels[:, :, 0] = -100
@@ -141,8 +146,7 @@ def slot_topk(top: tuple, anchors: torch.Tensor, block_size: int) -> tuple:
     top: (values, ids), each (N, S, k), position p holding the logits that chose x_{p+1}."""
     values, ids = top
     N, S, k = values.shape
-    slots = torch.arange(block_size, device=anchors.device)
-    pos = (anchors[:, :, None] + slots - 1).clamp(0, S - 1)                    # (N, n, B)
+    pos = (block_positions(anchors, block_size) - 1).clamp(0, S - 1)            # (N, n, B)
     at = pos.view(N, -1, 1).expand(-1, -1, k)
     return tuple(t.gather(1, at).view(*pos.shape, k) for t in (values, ids))
 

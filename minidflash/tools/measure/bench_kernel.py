@@ -133,6 +133,7 @@ def train_step_rows(shape, S, n, dtype, device, backends=("sdpa", "triton")):
     weights, valid = loss_weights(B, gamma_for(B)).to(device), torch.ones(1, n, device=device)
     labels = block_labels(ids, anchors, B).to(device)
     ids, anchors = ids.to(device), anchors.to(device)
+
     def step():
         logits = drafter_logits(drafter, target, ids, hidden, anchors)
         loss, _ = drafter_loss(logits, labels, weights, valid)
