@@ -1,11 +1,14 @@
 """The drafter's attention under the visibility rule: the one backend switch (paper section 4.2).
 
 Queries are block slots; keys are ``[context ; blocks]``; who sees whom is ``mask.visible``.
-Two backends compute the same thing:
+Three backends compute the same thing:
 
 * ``"sdpa"``: torch's ``scaled_dot_product_attention`` with the dense mask of ``mask.dense_mask``
   (no mask at all at inference, where one block follows all the context and sees everything);
-* ``"triton"``: the kernel of ``kernel.py``, which skips the tiles no query sees.
+* ``"triton"``: the kernel of ``kernel.py``, which skips the tiles no query sees;
+* ``"flex"``: torch's FlexAttention with a ``BlockMask`` made from the same ``mask.visible`` rule
+  (a bit per 128 x 128 tile and the partial tiles' indices, no dense mask), compiled on a GPU.
+  It is for training on a GPU: on a CPU torch runs it uncompiled and has no backward for it.
 
 Triton has Linux wheels only: without it ``"triton"`` falls back to SDPA with a warning
 (``check_backend``), and only ``kernel.py`` cannot be imported.
@@ -28,9 +31,9 @@ import torch
 import torch.nn.functional as F
 
 from .config import RESULTS_DIR
-from .mask import dense_mask
+from .mask import dense_mask, visible
 
-BACKENDS = ("sdpa", "triton")
+BACKENDS = ("sdpa", "triton", "flex")
 KERNEL_RESULT = RESULTS_DIR / "kernel_bench.json"   # python -m minidflash bench-kernel (a GPU)
 
 
@@ -94,7 +97,10 @@ def attend(q, k, v, anchors, num_context, block_size, backend="sdpa", key_mask=N
                              "training blocks take their visibility from anchors.")
         return F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask[:, None, None, :],
                                               enable_gqa=q.shape[1] != k.shape[1])
-    if check_backend(backend) == "triton":
+    backend = check_backend(backend)
+    if backend == "flex" and anchors is not None:
+        return flex_attend(q, k, v, anchors, num_context, block_size)
+    if backend == "triton":
         from .kernel import block_attention
         if anchors is None:
             anchors = torch.full((q.shape[0], 1), num_context, dtype=torch.long, device=q.device)
@@ -102,3 +108,32 @@ def attend(q, k, v, anchors, num_context, block_size, backend="sdpa", key_mask=N
     mask = None if anchors is None else dense_mask(anchors, num_context, block_size)  # (N,1,nB,S+nB)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                           enable_gqa=q.shape[1] != k.shape[1])
+
+
+def flex_attend(q, k, v, anchors, num_context, block_size):
+    """The training layout through FlexAttention: the BlockMask is ``mask.visible`` asked per
+    (query, key) pair, built for these anchors (as the SDPA path builds its dense mask per call).
+    """
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    if q.requires_grad and q.device.type != "cuda":
+        raise ValueError("the 'flex' attention backend trains on a GPU only: torch has no "
+                         "FlexAttention backward on a CPU. Train with backend='sdpa' here.")
+    anchors = anchors.to(torch.long)
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        q_block = q_idx // block_size
+        return visible(q_block, kv_idx, anchors[b, q_block], num_context, block_size)
+
+    N, nB = q.shape[0], q.shape[2]
+    mask = create_block_mask(mask_mod, N, None, nB, k.shape[2], device=q.device)
+    attend_fn = compiled_flex() if q.device.type == "cuda" else flex_attention
+    return attend_fn(q, k, v, block_mask=mask, enable_gqa=q.shape[1] != k.shape[1])
+
+
+@functools.cache
+def compiled_flex():
+    """FlexAttention compiled once per process: uncompiled it materialises every score."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)

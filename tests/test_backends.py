@@ -105,6 +105,24 @@ def test_training_loss_and_gradients_agree_across_backends():
         torch.testing.assert_close(grads["triton"][k], grads["sdpa"][k], atol=1e-5, rtol=1e-4, msg=k)
 
 
+def test_flex_backend_drafts_the_training_blocks_as_sdpa_does():
+    """FlexAttention's BlockMask, made from the same visibility rule, gives the drafter's training
+    logits that the dense mask gives (forward: torch has no FlexAttention backward on a CPU, and
+    the backend says so instead of failing inside torch)."""
+    target, drafter, ids, hidden = _setup()
+    anchors = torch.tensor([[3, 9, 17], [0, 4, 18]])     # 18 + 5 > 23: a block past the end
+    logits = {}
+    for backend in ("sdpa", "flex"):
+        drafter.backend = backend
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")     # uncompiled on a CPU: torch warns that it is slow
+            logits[backend] = trainer.drafter_logits(drafter, target, ids, hidden, anchors)
+    torch.testing.assert_close(logits["flex"], logits["sdpa"], atol=1e-5, rtol=1e-5)
+    drafter.train().requires_grad_(True)
+    with pytest.raises(ValueError, match="trains on a GPU only.*backend='sdpa'"):
+        trainer.drafter_logits(drafter, target, ids, hidden, anchors)
+
+
 def test_triton_backend_without_triton_warns_and_runs_sdpa(monkeypatch):
     """Asked for "triton" where Triton is missing, the switch says so and computes with SDPA."""
     monkeypatch.setattr(attention, "triton_available", lambda: False)

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import torch
 
+from ...attention import BACKENDS
 from ...config import CACHE_DIR, TINY_AR_DRAFTER_DIR, TINY_DRAFTER_DIR
 from ...drafter import default_target_layer_ids
 from ...target import load_target
@@ -151,7 +152,7 @@ def config_parser(prog: str, description: str) -> argparse.ArgumentParser:
         elif f.name == "gamma":
             p.add_argument(flag, type=float, default=None)
         elif f.name == "backend":
-            p.add_argument(flag, choices=["sdpa", "triton"], default=None)
+            p.add_argument(flag, choices=list(BACKENDS), default=None)
         elif f.name == "drafter":
             p.add_argument(flag, choices=["dflash", "ar"], default=default,
                            help="dflash: the block drafter; ar: the EAGLE-3-style rival")

@@ -20,7 +20,8 @@ the run's dtype, with the fp32 reference on the same inputs, beside SDPA in that
 error is what the dtype costs anyway): the training case, anchors near the sequence's end
 (blocks longer than the tokens left) and the inference block; the JSON's ``checks``. After the
 attention alone, ``train_step_rows`` times the drafter's whole training step at the published 8B
-drafter's shape (random weights) on each drafter backend; the JSON's ``train_step``. Without a
+drafter's shape (random weights) on each drafter backend (sdpa, flex, triton); the JSON's
+``train_step``. Without a
 CUDA device it says so and exits 0; ``--cpu-smoke`` runs tiny shapes through Triton's
 interpreter instead, to check the script itself (its timings mean nothing).
 """
@@ -114,11 +115,11 @@ def check_case(name, shape, dtype, device, anchors=None):
     return rows
 
 
-def train_step_rows(shape, S, n, dtype, device, backends=("sdpa", "triton")):
+def train_step_rows(shape, S, n, dtype, device, backends=None):
     """One drafter training step (forward, the paper's weighted loss over the full vocabulary,
     backward) per attention backend, on random weights, features and tokens: ms a step, sequence
-    tokens and drafted slots per second, peak memory. FlexAttention is not a drafter backend:
-    it is timed on the attention alone (run_case)."""
+    tokens and drafted slots per second, peak memory. Backends: sdpa, flex and triton on a GPU;
+    sdpa and triton on a CPU, where torch has no FlexAttention backward."""
     from ...config import gamma_for
     from ...trainer import block_labels, drafter_loss, drafter_logits, loss_weights
     from .budget import random_pair
@@ -146,6 +147,8 @@ def train_step_rows(shape, S, n, dtype, device, backends=("sdpa", "triton")):
         row["seq_tokens_per_s"] = S / (row["ms"] * 1e-3)
         row["slots_per_s"] = n * B / (row["ms"] * 1e-3)
 
+    if backends is None:
+        backends = ("sdpa", "flex", "triton") if device == "cuda" else ("sdpa", "triton")
     rows = []
     for backend in backends:
         drafter.backend = backend
