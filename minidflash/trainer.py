@@ -31,7 +31,8 @@ Options beyond the paper (all off by default):
   and keeps the checkpoint a killed run resumes from).
 - bf16 matmuls (``compute_dtype="bfloat16"``): the drafter's forward and backward under
   ``torch.autocast``; weights, optimizer and loss stay fp32. On a CPU with AVX-512 bf16 or AMX
-  a step takes about half the time.
+  a step takes about half the time; on one without them bf16 is emulated, slower, and the
+  trainer warns.
 
 Run: ``python -m minidflash train --help`` (``tools/make_data/train_drafter.py``; data/README.md records
 the shipped run). Data parallel on K processes: the same command under ``torchrun
@@ -57,6 +58,7 @@ from .ar_drafter import TTT_DECAY, ARDrafter
 from .config import (PAPER, TINY_ANCHORS_PER_SEQ, TINY_DRAFTER_DIR, TINY_NUM_FEATURES,
                      TINY_NUM_LAYERS, gamma_for, repo_relative)
 from .drafter import DFlashDrafter
+from .target import warn_emulated_bf16
 from .train_data import cached_batch, data_fingerprint, offline_features, target_pass
 from .train_start import make_drafter, resume, save_checkpoint
 
@@ -413,6 +415,9 @@ def train(cfg: TrainConfig, target, tokenizer, data: list[dict], progress=True,
     layer_ids = drafter.target_layer_ids
     gamma = gamma_for(cfg.block_size) if cfg.gamma is None else cfg.gamma
     weights = loss_weights(cfg.block_size, gamma)                              # (B,) w_k
+    if cfg.compute_dtype == "bfloat16":
+        warn_emulated_bf16("the drafter's compute dtype", "compute_dtype='float32' "
+                           "(--compute-dtype float32)", next(target.parameters()).device)
     cached = None   # offline: every sequence's features once, kept in memory (fp16)
     if cfg.features == "offline":
         cached = offline_features(target, data, layer_ids, cfg.soft_labels, progress)

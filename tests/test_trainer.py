@@ -439,6 +439,26 @@ def test_bf16_compute_runs_under_autocast_and_learns(tmp_path, monkeypatch):
                       target, Tok(60), data, progress=False)
 
 
+def test_bf16_compute_on_a_cpu_without_bf16_units_warns(tmp_path, monkeypatch):
+    """Where bf16 is emulated (no AVX512-BF16 or AMX), asking for bf16 matmuls warns and says
+    what to ask for instead; where the CPU has the units, nothing is said."""
+    import warnings
+
+    from minidflash import target as target_module
+
+    toy, data = toy_training_data()
+    cfg = lambda name: trainer.TrainConfig(num_layers=1, block_size=8, anchors_per_seq=8, steps=1,
+                                           batch_size=2, compute_dtype="bfloat16",
+                                           out=str(tmp_path / name))
+    monkeypatch.setattr(target_module, "native_bf16", lambda device="cpu": False)
+    with pytest.warns(RuntimeWarning, match="no bf16 matrix units.*--compute-dtype float32"):
+        trainer.train(cfg("emulated"), toy, Tok(60), data, progress=False)
+    monkeypatch.setattr(target_module, "native_bf16", lambda device="cpu": True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        trainer.train(cfg("native"), toy, Tok(60), data, progress=False)
+
+
 def test_block_tensors_are_made_where_the_batch_is():
     """The step's index tensors follow ids and anchors to their device (a GPU under torchrun
     with NCCL): made on the CPU beside a CUDA batch, the embedding lookup would fail. The meta

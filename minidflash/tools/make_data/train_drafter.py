@@ -40,7 +40,7 @@ import torch
 from ...attention import BACKENDS
 from ...config import CACHE_DIR, TINY_AR_DRAFTER_DIR, TINY_DRAFTER_DIR
 from ...drafter import default_target_layer_ids
-from ...target import load_target
+from ...target import load_target, warn_emulated_bf16
 from ...train_data import cached_regeneration, feature_pass, in_dtype
 from ...trainer import TrainConfig, distributed, train
 from . import answers
@@ -97,8 +97,12 @@ def answer_features(target, folder, use_shards, layer_ids, topk=0, mine=None, pr
     serves); ``mine``: the shards to make now (None: all).
 
     ``dtype`` "bfloat16" runs the pass on a bf16 copy of the target (about 3x faster on a CPU
-    with AMX or AVX-512 bf16; the features move by about 1%, ``answers --time-features``
-    measures it); the drafter still reads the fp32 target's features when it decodes."""
+    with AMX or AVX-512 bf16, about 7x slower on one without, which it warns of; the features
+    move by about 1%, ``answers --time-features`` measures it); the drafter still reads the fp32
+    target's features when it decodes."""
+    if dtype == "bfloat16":
+        warn_emulated_bf16("--feature-dtype", "--feature-dtype float32",
+                           next(target.parameters()).device)
     model = None
     shards = range(use_shards if use_shards is not None else
                    len(json.loads((Path(folder) / answers.MANIFEST).read_text())["shards"]))
