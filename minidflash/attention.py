@@ -7,7 +7,8 @@ Three backends compute the same thing:
   (no mask at all at inference, where one block follows all the context and sees everything);
 * ``"triton"``: the kernel of ``kernel.py``, which skips the tiles no query sees;
 * ``"flex"``: torch's FlexAttention with a ``BlockMask`` made from the same ``mask.visible`` rule
-  (a bit per 128 x 128 tile and the partial tiles' indices, no dense mask), compiled on a GPU.
+  (per 128 x 128 tile: skipped, full, or partial and asked per score; no dense mask), compiled
+  on a GPU.
   It is for training on a GPU: on a CPU torch runs it uncompiled and has no backward for it.
 
 Triton has Linux wheels only: without it ``"triton"`` falls back to SDPA with a warning
@@ -133,7 +134,9 @@ def flex_attend(q, k, v, anchors, num_context, block_size):
 
 @functools.cache
 def compiled_flex():
-    """FlexAttention compiled once per process: uncompiled it materialises every score."""
+    """FlexAttention compiled once per process: uncompiled it materialises every score. Shapes
+    left to torch.compile's default: after a second sequence length it compiles for any length
+    (training batches differ in length), not once per length up to the recompile limit."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    return torch.compile(flex_attention, dynamic=False)
+    return torch.compile(flex_attention)

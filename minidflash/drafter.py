@@ -209,7 +209,7 @@ class DFlashDrafter(nn.Module):
         self.hidden_norm = Qwen3RMSNorm(H, eps=config.rms_norm_eps)
         self.norm = Qwen3RMSNorm(H, eps=config.rms_norm_eps)
         self.rotary_emb = Qwen3RotaryEmbedding(config)
-        self.backend = "sdpa"   # "sdpa" | "triton" | "flex": see default_backend(); set by load_drafter
+        self.backend = "sdpa"   # "sdpa" | "triton" | "flex": default_backend(); set by load_drafter
         # (K,) sorted token ids the drafter scores, or None for all V; not in the state dict
         # (the published tensors stay exactly as they are): see set_draft_vocab
         self.register_buffer("draft_vocab", None, persistent=False)
@@ -401,8 +401,9 @@ def load_drafter(name_or_path=None, target=None, dtype=None, device=None,
     With a target, checks that the drafter fits it (hidden size, vocabulary, layer ids). dtype,
     device: None takes the target's (without one fp32 on the CPU).
     backend: the attention backend, "sdpa", "triton" or "flex" (None: default_backend(device),
-    which is SDPA for inference). draft_vocab: read draft_vocab.json when the folder has one (False
-    ignores it and drafts over the full vocabulary, as an engine that does not know the file).
+    which is SDPA for inference). draft_vocab: read draft_vocab.json when the folder has one
+    (False ignores it and drafts over the full vocabulary, as an engine that does not know the
+    file).
     """
     like = next(target.parameters()) if target is not None else None
     dtype = dtype or (like.dtype if like is not None else torch.float32)

@@ -88,7 +88,7 @@ class TrainConfig:
     weight_decay: float = 0.0
     grad_clip: float = PAPER.grad_clip
     seed: int = 0
-    backend: str | None = None              # attention: "sdpa" | "triton" | "flex"; None = per device
+    backend: str | None = None              # "sdpa" | "triton" | "flex"; None: per device
     eval_every: int = 200
     out: str = str(TINY_DRAFTER_DIR)
     # beyond the paper

@@ -21,9 +21,8 @@ error is what the dtype costs anyway): the training case, anchors near the seque
 (blocks longer than the tokens left) and the inference block; the JSON's ``checks``. After the
 attention alone, ``train_step_rows`` times the drafter's whole training step at the published 8B
 drafter's shape (random weights) on each drafter backend (sdpa, flex, triton); the JSON's
-``train_step``. Without a
-CUDA device it says so and exits 0; ``--cpu-smoke`` runs tiny shapes through Triton's
-interpreter instead, to check the script itself (its timings mean nothing).
+``train_step``. Without a CUDA device it says so and exits 0; ``--cpu-smoke`` runs tiny shapes
+through Triton's interpreter instead, to check the script itself (its timings mean nothing).
 """
 
 from __future__ import annotations
