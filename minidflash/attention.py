@@ -115,21 +115,29 @@ def flex_attend(q, k, v, anchors, num_context, block_size):
     """The training layout through FlexAttention: the BlockMask is ``mask.visible`` asked per
     (query, key) pair, built for these anchors (as the SDPA path builds its dense mask per call).
     """
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    from torch.nn.attention.flex_attention import flex_attention
 
     if q.requires_grad and q.device.type != "cuda":
         raise ValueError("the 'flex' attention backend trains on a GPU only: torch has no "
                          "FlexAttention backward on a CPU. Train with backend='sdpa' here.")
+    mask = flex_block_mask(anchors, num_context, block_size)
+    attend_fn = compiled_flex() if q.device.type == "cuda" else flex_attention
+    return attend_fn(q, k, v, block_mask=mask, enable_gqa=q.shape[1] != k.shape[1])
+
+
+def flex_block_mask(anchors, num_context, block_size):
+    """FlexAttention's BlockMask for n blocks at ``anchors`` (N, n) over ``num_context`` context
+    keys: ``mask.visible`` asked per (query, key) pair, on the anchors' device."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
     anchors = anchors.to(torch.long)
+    N, nB = anchors.shape[0], anchors.shape[1] * block_size
 
     def mask_mod(b, h, q_idx, kv_idx):
         q_block = q_idx // block_size
         return visible(q_block, kv_idx, anchors[b, q_block], num_context, block_size)
 
-    N, nB = q.shape[0], q.shape[2]
-    mask = create_block_mask(mask_mod, N, None, nB, k.shape[2], device=q.device)
-    attend_fn = compiled_flex() if q.device.type == "cuda" else flex_attention
-    return attend_fn(q, k, v, block_mask=mask, enable_gqa=q.shape[1] != k.shape[1])
+    return create_block_mask(mask_mod, N, None, nB, num_context + nB, device=anchors.device)
 
 
 @functools.cache

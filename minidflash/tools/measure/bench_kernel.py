@@ -191,21 +191,16 @@ def time_ms(fn, device, grads=()):
 
 def methods_for(q, k, v, anchors, S, B, inference, device):
     """name -> function(q, k, v) -> out, every mask built here, once."""
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    from torch.nn.attention.flex_attention import flex_attention
 
+    from ...attention import compiled_flex, flex_block_mask
     from ...kernel import block_attention
-    from ...mask import dense_mask, visible
+    from ...mask import dense_mask
 
-    N, Hq, nB, D = q.shape
-    group = Hq // k.shape[1]
+    group = q.shape[1] // k.shape[1]
     dense = dense_mask(anchors, S, B)                                   # (N, 1, n*B, S+n*B)
-
-    def mask_mod(b, h, q_idx, kv_idx):                                    # the same rule, per score
-        q_block = q_idx // B
-        return visible(q_block, kv_idx, anchors[b, q_block], S, B)
-
-    flex_mask = create_block_mask(mask_mod, N, None, nB, S + nB, device=device)
-    flex = torch.compile(flex_attention, dynamic=False) if device == "cuda" else flex_attention
+    flex_mask = flex_block_mask(anchors, S, B)                          # the same rule, per tile
+    flex = compiled_flex() if device == "cuda" else flex_attention
     methods = {  # sdpa first: the others are compared with its output
         "sdpa": lambda q, k, v: F.scaled_dot_product_attention(
             q, k, v, attn_mask=dense, enable_gqa=group > 1),
