@@ -37,6 +37,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from einops import rearrange, repeat
 from torch import nn
 from transformers import DynamicCache, Qwen3Config
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding
@@ -77,17 +78,15 @@ class ARLayer(nn.Module):
 
     def qkv(self, emb, g, cos, sin):
         """q (N, Hq, T, D), k and v (N, Hkv, T, D) of rows with embeddings emb and features g."""
-        N, T, _ = emb.shape
         x = torch.cat([self.input_layernorm(emb), self.hidden_norm(g)], -1)   # (N, T, 2H)
-        heads = lambda t, h: t.view(N, T, h, self.head_dim).transpose(1, 2)
-        q = apply_rope(heads(self.q_proj(x), self.n_heads), cos, sin)
-        k = apply_rope(heads(self.k_proj(x), self.n_kv_heads), cos, sin)
-        return q, k, heads(self.v_proj(x), self.n_kv_heads)
+        heads = lambda t: rearrange(t, "N T (h D) -> N h T D", D=self.head_dim)   # h: Hq or Hkv
+        q = apply_rope(heads(self.q_proj(x)), cos, sin)
+        k = apply_rope(heads(self.k_proj(x)), cos, sin)
+        return q, k, heads(self.v_proj(x))
 
     def finish(self, attn, g):
         """attn (N, Hq, T, D) -> the layer's output h (N, T, H), residual stream g."""
-        N, _, T, _ = attn.shape
-        h = g + self.o_proj(attn.transpose(1, 2).reshape(N, T, -1))
+        h = g + self.o_proj(rearrange(attn, "N Hq T D -> N T (Hq D)"))
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -144,8 +143,9 @@ class ARDrafter(nn.Module):
             g = g[:, :Tj]
             cos, sin = self.rope(g, pos[:, :Tj] + j)
             q, k, v = layer.qkv(embed(tok), g, cos, sin)            # (N, h, Tj, D)
-            keys.append(k.repeat_interleave(group, 1))
-            values.append(v.repeat_interleave(group, 1))
+            # each kv head serves `group` query heads: (N, Hkv, Tj, D) -> (N, Hq, Tj, D)
+            keys.append(repeat(k, "N Hkv T D -> N (Hkv g) T D", g=group))
+            values.append(repeat(v, "N Hkv T D -> N (Hkv g) T D", g=group))
             scale = layer.head_dim ** -0.5
             s0 = (q @ keys[0][:, :, :Tj].mT) * scale                # (N, Hq, Tj, Tj): context
             s0 = s0.masked_fill(~causal[:Tj, :Tj], float("-inf"))

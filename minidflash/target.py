@@ -105,19 +105,57 @@ def describe_machine() -> dict:
             "torch": torch.__version__}
 
 
+# Short names a user may type for a dtype torch spells out; the error names the right spelling.
+DTYPE_SHORT_NAMES = {"bf16": "bfloat16", "fp32": "float32", "f32": "float32",
+                     "fp16": "float16", "f16": "float16"}
+
+
 def resolve_dtype(dtype, num_parameters: int, device: str | torch.device = "cpu") -> torch.dtype:
-    """The dtype a model of ``num_parameters`` runs in: ``dtype`` itself (a torch dtype or its
-    name, "float32" / "bfloat16"), or for "auto" bf16 where the device has native bf16 and the
-    model has at least ``BF16_MIN_PARAMETERS``, else fp32."""
+    """The dtype a model of ``num_parameters`` runs in: ``dtype`` itself (torch.float32,
+    torch.bfloat16 or torch.float16, or torch's name for it: "float32", "bfloat16", "float16"),
+    or for "auto" bf16 where the device has native bf16 and the model has at least
+    ``BF16_MIN_PARAMETERS``, else fp32."""
     if dtype == "auto":
         big = num_parameters >= BF16_MIN_PARAMETERS
         return torch.bfloat16 if big and native_bf16(device) else torch.float32
-    if isinstance(dtype, str):
-        dtype = getattr(torch, dtype, None)
-    if dtype not in (torch.float32, torch.bfloat16, torch.float16):
-        raise ValueError(f"dtype must be 'auto', torch.float32, torch.bfloat16 or torch.float16 "
-                         f"(or their names), got {dtype!r}.")
-    return dtype
+    chosen = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
+    if chosen not in (torch.float32, torch.bfloat16, torch.float16):
+        hint = (f" ({dtype!r} is spelled {DTYPE_SHORT_NAMES[dtype.lower()]!r} here)"
+                if isinstance(dtype, str) and dtype.lower() in DTYPE_SHORT_NAMES else "")
+        raise ValueError(f"dtype must be 'auto', 'float32', 'bfloat16' or 'float16', or "
+                         f"torch.float32, torch.bfloat16 or torch.float16; got {dtype!r}{hint}.")
+    return chosen
+
+
+def looks_local(name) -> bool:
+    """Can ``name`` only be a folder, never a hub id (``owner/name``)? It starts with ``.``,
+    ``/`` or ``~``, is absolute (``C:\\`` on Windows), holds a separator a hub id never has
+    (``\\`` on Windows) or more than one ``/`` (``some/missing/folder``)."""
+    text = str(name)
+    foreign = {os.sep, os.altsep} - {None, "/"}
+    return (text.startswith((".", "/", "~")) or Path(text).is_absolute()
+            or any(sep in text for sep in foreign) or text.count("/") > 1)
+
+
+def check_folder(name_or_path) -> bool:
+    """Is ``name_or_path`` a model folder (True) or a hub id (False)? A name that looks like a
+    path (``looks_local``) but is no folder, a file, and a folder without config.json are
+    errors that say so, before any hub is asked (which would blame the network)."""
+    name = str(name_or_path)
+    try:
+        path = Path(name_or_path).expanduser()
+    except RuntimeError:                                  # "~someone" with no such user
+        path = Path(name_or_path)
+    takes = (f"load_target takes a folder written by save_pretrained (config.json beside the "
+             f"weights), a hub id (owner/name), or None for the tiny target in {TINY_TARGET_DIR}.")
+    if path.is_file():
+        raise FileNotFoundError(f"{name!r} is a file, not a folder. {takes}")
+    if path.is_dir() and not (path / "config.json").is_file():
+        raise FileNotFoundError(f"The folder {name!r} has no config.json. {takes}")
+    if not path.is_dir() and looks_local(name):
+        raise FileNotFoundError(f"No such folder: {name!r} ({path.absolute()} does not exist). "
+                                f"{takes}")
+    return path.is_dir()
 
 
 def load_target(name_or_path: str | os.PathLike | None = None, dtype="auto",
@@ -134,10 +172,8 @@ def load_target(name_or_path: str | os.PathLike | None = None, dtype="auto",
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = TINY_TARGET_DIR if name_or_path is None else name_or_path
-    local = Path(path).is_dir()
-    if local and not (Path(path) / "config.json").is_file():
-        raise FileNotFoundError(f"{path} has no config.json: point load_target at a directory "
-                                f"written by save_pretrained, or pass None for the tiny target.")
+    local = check_folder(path)                            # the hub is asked for hub ids only
+    path = Path(path).expanduser() if local else path     # "~/models/x" is a folder too
     try:
         only_cache = not local and local_only()
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=only_cache)

