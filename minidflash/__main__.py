@@ -31,11 +31,11 @@ import sys
 COMMANDS = {  # command -> (module under minidflash.tools, keyword arguments of its main)
     "demo": ("measure.demo", {}),
     "bench": ("measure.bench", {}),
-    "train": ("make_data.train_drafter", {}),
+    "train": ("train.train_drafter", {}),
     "prompts": ("make_data.prompts", {}),
     "answers": ("make_data.answers", {}),
-    "train-target": ("make_data.tiny_target", {}),
-    "eval-target": ("make_data.tiny_target", {"evaluate_only": True}),
+    "train-target": ("train.tiny_target", {}),
+    "eval-target": ("train.tiny_target", {"evaluate_only": True}),
     "ablations": ("measure.ablations", {}),
     "parity": ("measure.parity", {}),
     "bench-kernel": ("measure.bench_kernel", {}),
@@ -43,7 +43,7 @@ COMMANDS = {  # command -> (module under minidflash.tools, keyword arguments of 
     "tau-curve": ("measure.tau_curve", {}),
     "misses": ("measure.misses", {}),
     "budget": ("measure.budget", {}),
-    "llama-cpp": ("engines.llama_cpp", {}),
+    "llama-cpp": ("measure.llama_cpp_bench", {}),
 }
 
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from minidflash import train_data
-from minidflash.tools.make_data import answers, train_drafter
+from minidflash.tools.make_data import answers
+from minidflash.tools.train import train_drafter
 from minidflash.tools.engines import llama_cpp_binaries as bins
 from tests.helpers import tiny_target
 

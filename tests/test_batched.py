@@ -231,7 +231,7 @@ def test_shipped_models_rows_match_alone():
     from minidflash.config import PROMPTS_DIR
     from minidflash.drafter import load_drafter
     from minidflash.target import chat_ids, load_target, stop_ids
-    from minidflash.tools.make_data.corpus import read_jsonl
+    from minidflash.tools.common import read_jsonl
 
     target, tokenizer = load_target()
     drafter = load_drafter(target=target)
@@ -354,7 +354,7 @@ def test_throughput_tool_compares_every_batch_with_plain_decoding():
     from minidflash.drafter import load_drafter
     from minidflash.target import load_target
     from minidflash.tools.measure import batch_bench
-    from minidflash.tools.make_data.corpus import read_jsonl
+    from minidflash.tools.common import read_jsonl
 
     target, tokenizer = load_target()
     drafter = load_drafter(target=target)

@@ -11,7 +11,7 @@ from minidflash.config import PROMPTS_DIR, TINY_AR_DRAFTER_DIR
 from minidflash.drafter import load_drafter
 from minidflash.target import load_target
 from minidflash.tools.measure import bench, methods
-from minidflash.tools.make_data import corpus
+from minidflash.tools import common
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def test_every_method_decodes_what_plain_decoding_does(tiny):
     specs = ["plain", "dflash:4", "dflash:4/p0.5", "dflash", "ar:2", "ar:4/p0.95", "lookup:3",
              "generate"]
     drafters = methods.load_method_drafters(specs, target, None, str(TINY_AR_DRAFTER_DIR))
-    rows = corpus.read_jsonl(PROMPTS_DIR / "arithmetic.jsonl")[:2]
+    rows = common.read_jsonl(PROMPTS_DIR / "arithmetic.jsonl")[:2]
     out = methods.run_methods(target, tokenizer, rows, specs, drafters, max_new_tokens=24,
                               progress=False)
     assert out["prompts"] == 2 and list(out["methods"]) == specs

@@ -10,7 +10,7 @@ import torch
 from minidflash.drafter import load_drafter
 from minidflash.target import chat_ids, load_target, stop_ids
 from minidflash.tools.measure import budget
-from minidflash.tools.make_data import corpus
+from minidflash.tools import common
 from minidflash.verifier import speculative_generate
 from minidflash.verify_cost import VerifyCost
 from tests.helpers import random_drafter, tiny_target
@@ -35,7 +35,7 @@ def test_curve_covers_every_length_and_thread_count(tiny):
 
 def test_calibration_counts_each_reached_slot_once(tiny):
     target, tokenizer, drafter = tiny
-    rows = corpus.suite_prompts("arithmetic", "dev", 2)
+    rows = common.suite_prompts("arithmetic", "dev", 2)
     cal = budget.calibration(target, tokenizer, drafter, rows, 40, block_size=8)
     # the same decodes, counted by hand: slot j is reached when slots 1..j-1 were accepted
     reached = accepted = steps = 0

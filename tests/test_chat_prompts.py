@@ -9,7 +9,7 @@ import torch
 from minidflash.config import PROMPTS_DIR
 from minidflash.tools.make_data import chat_prompts as cp
 from minidflash.tools.make_data import word_problems as wp
-from minidflash.tools.make_data.corpus import read_jsonl
+from minidflash.tools.common import read_jsonl
 from minidflash.tools.make_data.suites import HUMANEVAL_TEMPLATE, MATH_SUFFIX
 
 SUITES = ["gsm8k", "math500", "humaneval", "mtbench", "arithmetic", "code"]
@@ -341,7 +341,7 @@ def cli_run(monkeypatch, argv):
     """What ``python -m minidflash train ARGV`` would load, regenerate and train (nothing runs)."""
     from types import SimpleNamespace
 
-    from minidflash.tools.make_data import train_drafter as td
+    from minidflash.tools.train import train_drafter as td
 
     seen = {}
     target = SimpleNamespace(config=SimpleNamespace(num_hidden_layers=30))

@@ -1,5 +1,6 @@
-"""The llama.cpp tool (llama_cpp.py, llama_cpp_binaries.py): finding llama.cpp (and the error
-when it is missing), reading what its binaries print, and, where a llama.cpp build is found (and
+"""The llama.cpp tool (engines/llama_cpp.py, engines/llama_cpp_binaries.py and the command,
+measure/llama_cpp_bench.py): finding llama.cpp (and the error when it is missing), reading what
+its binaries print, and, where a llama.cpp build is found (and
 sentencepiece, which its converter imports), the whole path on one prompt."""
 
 import json
@@ -9,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from minidflash.config import TINY_TARGET_DIR
-from minidflash.tools.engines import llama_cpp as lc
+from minidflash.tools.engines import llama_cpp as engine
 from minidflash.tools.engines import llama_cpp_binaries as bins
+from minidflash.tools.measure import llama_cpp_bench as lc
 
 # The end of a real `llama-speculative-simple ... --spec-type draft-dflash` log (stderr).
 SPEC_LOG = """\
@@ -92,7 +94,7 @@ def test_the_command_decodes_the_test_part_unless_told_and_records_which(monkeyp
     made), the dev part or all when asked; the results JSON names the split and the prompts."""
     from pathlib import Path
 
-    from minidflash.tools.make_data.corpus import suite_prompts
+    from minidflash.tools.common import suite_prompts
 
     seen = []
     decoded = {"plain": {"eval_ms": 100.0, "runs": 10, "tokens_per_s": 100.0},
@@ -101,7 +103,7 @@ def test_the_command_decodes_the_test_part_unless_told_and_records_which(monkeyp
                                      "tokens_per_s": 120.0, "parting": None}}}
     monkeypatch.setattr(lc, "find_binary", lambda name: Path(name))
     monkeypatch.setattr(lc, "find_converter", lambda: Path(bins.CONVERTER))
-    monkeypatch.setattr(lc, "gguf_files", lambda a, target, converter: (
+    monkeypatch.setattr(lc, "gguf_files", lambda drafter, name, target, converter, **kw: (
         Path("t.gguf"), Path("d.gguf"), {"tensors": 14}, None))
     monkeypatch.setattr(lc, "decode_prompt", lambda s, suite, i, row: (
         seen.append(row["id"]), (decoded, 0))[1])
@@ -330,15 +332,15 @@ def test_a_target_type_is_made_once_and_never_left_half_written(tmp_path, monkey
         Path(cmd[2]).write_text("q4_0 of " + Path(cmd[1]).read_text())
         made.append(("quantize", Path(cmd[1]).name))
 
-    monkeypatch.setattr(lc, "convert", fake_convert)
-    monkeypatch.setattr(lc, "run", fake_run)
-    monkeypatch.setattr(lc, "find_binary", lambda name: Path(name))
+    monkeypatch.setattr(engine, "convert", fake_convert)
+    monkeypatch.setattr(engine, "run", fake_run)
+    monkeypatch.setattr(engine, "find_binary", lambda name: Path(name))
     target_dir = tmp_path / "SmolLM2"
-    q4, how = lc.typed_target(target_dir, tmp_path, "Q4_0", Path("conv.py"))
+    q4, how = engine.typed_target(target_dir, tmp_path, "Q4_0", Path("conv.py"))
     assert q4 == tmp_path / "SmolLM2.Q4_0.gguf" and q4.read_text() == "q4_0 of f32"
     assert made == [("convert", "f32"), ("quantize", "SmolLM2.f32.gguf")]
     assert "llama-quantize" in how["command"] and not list(tmp_path.glob("*.part"))
-    again, how = lc.typed_target(target_dir, tmp_path, "Q4_0", Path("conv.py"))
+    again, how = engine.typed_target(target_dir, tmp_path, "Q4_0", Path("conv.py"))
     assert again == q4 and len(made) == 2 and "kept" in how["command"]
-    bf16, _ = lc.typed_target(target_dir, tmp_path, "bf16", Path("conv.py"))
+    bf16, _ = engine.typed_target(target_dir, tmp_path, "bf16", Path("conv.py"))
     assert bf16.read_text() == "bf16" and made[-1] == ("convert", "bf16")

@@ -16,7 +16,7 @@ import torch
 from minidflash.config import PROMPTS_DIR
 from minidflash.target import load_target
 from minidflash.tools.make_data import answers, chat_prompts, gym, magpie, overlap
-from minidflash.tools.make_data.corpus import read_jsonl
+from minidflash.tools.common import read_jsonl
 from minidflash.tools.make_data.suites import HUMANEVAL_TEMPLATE, MATH_SUFFIX
 
 TRAIN_PROMPTS = Path(__file__).resolve().parent.parent / "data" / "train_prompts"
@@ -105,15 +105,13 @@ def test_the_suite_shaped_templates_are_exactly_those_whose_draws_overlap(suites
 def test_results_name_the_suite_items_a_training_template_was_shaped_on():
     """The items the seven templates were written after (0-based lines), and the label every
     result carries for its prompts: 1-based prompt numbers, only those inside the range."""
-    from minidflash.tools.make_data import corpus
-
     assert overlap.shaped_items() == {"gsm8k": (4, 54, 55, 76, 85, 95), "mtbench": (34,)}
-    assert corpus.split_label("mtbench", "test", 40).endswith(
+    assert overlap.split_label("mtbench", "test", 40).endswith(
         "prompts 11-50 of the file (prompt 35 of the file: the shape of a training template the "
         "drafters before the overlap check read)")
-    assert corpus.split_label("gsm8k", "test", 40) == "gsm8k test part, prompts 11-50 of the file"
-    assert "(prompts 55, 56, 77, 86, 96 of the file" in corpus.split_label("gsm8k", "test", 90)
-    assert "(prompt 5 of the file" in corpus.split_label("gsm8k", "dev", 10)
+    assert overlap.split_label("gsm8k", "test", 40) == "gsm8k test part, prompts 11-50 of the file"
+    assert "(prompts 55, 56, 77, 86, 96 of the file" in overlap.split_label("gsm8k", "test", 90)
+    assert "(prompt 5 of the file" in overlap.split_label("gsm8k", "dev", 10)
 
 
 def test_train_drops_the_excluded_rows_of_kept_answers(suites):

@@ -5,7 +5,7 @@ import pytest
 from minidflash.config import PROMPTS_DIR, TINY_DRAFTER_DIR
 from minidflash.drafter import load_drafter
 from minidflash.target import chat_ids, load_target, stop_ids
-from minidflash.tools.make_data import corpus
+from minidflash.tools import common
 from minidflash.tools.measure import misses
 from minidflash.verifier import speculative_generate
 
@@ -26,7 +26,7 @@ def test_the_steps_it_sorts_are_the_decode_s_steps():
     rejected at the first slot are exactly the steps that committed one token."""
     model, tok = load_target()
     tiny_drafter = load_drafter(TINY_DRAFTER_DIR, target=model)
-    rows = corpus.read_jsonl(PROMPTS_DIR / "code.jsonl")[:2]
+    rows = common.read_jsonl(PROMPTS_DIR / "code.jsonl")[:2]
     r = misses.misses(model, tok, tiny_drafter, rows, 48)
     lengths = []
     for row in rows:

@@ -61,15 +61,15 @@ def test_mtbench_turns_and_category():
 def test_held_out_prompts_never_occur_in_training():
     """The in-domain suites are held out: no prompt occurs in the tiny target's training pool
     nor in the drafters' training prompts, and none occurs twice."""
-    from minidflash.tools.make_data import corpus
-    from minidflash.tools.make_data.tiny_target import make_splits
-    from minidflash.tools.make_data.train_drafter import training_prompts
+    from minidflash.tools.common import read_jsonl
+    from minidflash.tools.train.tiny_target import make_splits
+    from minidflash.tools.train.train_drafter import training_prompts
 
     pool, _ = make_splits()
     pool = {e["messages"][0]["content"] for e in pool}
     pool |= {p["messages"][0]["content"] for p in training_prompts()}
     for suite in ("arithmetic", "code"):
-        texts = [r["messages"][0]["content"] for r in corpus.read_jsonl(PROMPTS_DIR / f"{suite}.jsonl")]
+        texts = [r["messages"][0]["content"] for r in read_jsonl(PROMPTS_DIR / f"{suite}.jsonl")]
         assert len(texts) >= 120, suite
         assert len(set(texts)) == len(texts), f"{suite}: a prompt occurs twice"
         leaked = [t[:60] for t in texts if t in pool]

@@ -75,11 +75,11 @@ def test_snapshot_tau_is_the_whole_block_whatever_decoding_json_asks():
     drafts at the points measured after the file changed."""
     from minidflash.config import PROMPTS_DIR
     from minidflash.target import load_target
-    from minidflash.tools.make_data import corpus
+    from minidflash.tools import common
 
     target, tokenizer = load_target()
     drafter = load_drafter(target=target)
-    rows = {"arithmetic": corpus.read_jsonl(PROMPTS_DIR / "arithmetic.jsonl")[:2]}
+    rows = {"arithmetic": common.read_jsonl(PROMPTS_DIR / "arithmetic.jsonl")[:2]}
     whole = tau_curve.snapshot_taus(target, tokenizer, drafter, rows, 32)
     drafter.p_min = 0.9                  # as if decoding.json asked for a confidence cut
     assert tau_curve.snapshot_taus(target, tokenizer, drafter, rows, 32) == whole

@@ -1,1 +1,1 @@
-"""Making data: the prompts, the target's answers, and the training runs that read them."""
+"""Making data: the prompts, the suites, the target's answers (the training runs: ``tools/train``)."""

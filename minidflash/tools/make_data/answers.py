@@ -300,7 +300,7 @@ def arguments(argv=None) -> argparse.Namespace:
 
 def file_prompts(files: list[str]) -> list[dict]:
     """The prompts of JSON-lines files, in order; each row needs user ``messages``."""
-    from .corpus import read_jsonl
+    from ..common import read_jsonl
 
     rows = []
     for f in files:

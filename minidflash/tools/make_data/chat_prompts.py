@@ -61,6 +61,7 @@ from pathlib import Path
 
 from ...hub import user_cache_dir
 from . import corpus
+from ..common import write_jsonl
 from .function_tasks import render_task
 from .suites import HUMANEVAL_TEMPLATE, MATH_SUFFIX
 from .word_problems import CHAINS, FIRST_NAMES, STORIES, WIDE, load, word_problem
@@ -403,7 +404,7 @@ def main(argv=None) -> None:
     ap.add_argument("--prose-source", choices=["texts", "docstrings"], default="texts")
     a = ap.parse_args(argv)
     rows = chat_training_prompts(a.n_math, a.n_code, a.n_prose, a.seed, a.prose_source)
-    corpus.write_jsonl(rows, a.out)
+    write_jsonl(rows, a.out)
     print(f"{len(rows)} prompts -> {a.out}")
 
 

@@ -10,20 +10,18 @@ drafter anything. So the tiny target learns two domains, both as chat turns:
 * ``code``: real Python functions from CPython's standard library (PSF licence), asked for by
   signature and docstring.
 
-Everything is seeded; the held-out prompts (``data/prompts/<domain>.jsonl``) never occur in
-the training set (different seeds / different stdlib modules, checked).
+Everything is seeded; the held-out prompts (``data/prompts/<domain>.jsonl``, read and written by
+``tools/common.py``) never occur in the training set (different seeds / different stdlib modules,
+checked).
 """
 
 from __future__ import annotations
 
 import ast
-import json
 import random
 import sysconfig
 import zlib
 from pathlib import Path
-
-from ...config import PROMPTS_DIR
 
 # --------------------------------------------------------------------------------------------
 # Arithmetic word problems
@@ -172,74 +170,8 @@ def code_examples(max_chars: int = 900) -> tuple[list[dict], list[dict]]:
 
 
 # --------------------------------------------------------------------------------------------
-# Prompt files
+# Held-out prompts (written to data/prompts/ by tools/common.py's write_jsonl)
 # --------------------------------------------------------------------------------------------
-
-def write_jsonl(rows: list[dict], path: str | Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
-    tmp.replace(path)  # never leave a half-written file behind
-
-
-def read_jsonl(path: str | Path) -> list[dict]:
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-# Every prompt suite is split once, by position in its file: the first DEV_PROMPTS prompts are
-# the *dev* part, where drafters, training data and decoding settings are chosen; the rest is the
-# *test* part, where the results are reported. A setting picked by its score on some prompts is
-# measured for the record on others.
-DEV_PROMPTS = 10
-SPLITS = ("test", "dev", "all")
-
-
-def part_start(split: str) -> int:
-    """Where a part begins in its suite's file (0-based line): the test part after the dev part."""
-    return {"dev": 0, "test": DEV_PROMPTS, "all": 0}[split]
-
-
-def suite_prompts(suite: str, split: str = "test", n: int | None = None,
-                  prompts_dir: str | Path | None = None) -> list[dict]:
-    """The first n prompts of one part of ``data/prompts/<suite>.jsonl``.
-
-    split: "dev" (the first DEV_PROMPTS prompts of the file), "test" (the rest) or "all".
-    n None takes the whole part; asking for more than the part holds is an error, so a number
-    reported for "n = 40" always means 40 prompts.
-    """
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
-    path = Path(prompts_dir or PROMPTS_DIR) / f"{suite}.jsonl"
-    if not path.exists():
-        names = sorted(q.stem for q in path.parent.glob("*.jsonl"))
-        raise ValueError(f"no prompt suite {suite!r}: {path} does not exist; the suites are "
-                         f"{', '.join(names)}")
-    rows = read_jsonl(path)
-    part = rows[part_start(split):DEV_PROMPTS if split == "dev" else None]
-    if n is not None and n > len(part):
-        raise ValueError(f"{suite}'s {split} part holds {len(part)} prompts, fewer than the "
-                         f"{n} asked for: ask for n <= {len(part)}")
-    return part if n is None else part[:n]
-
-
-def split_label(suite: str, split: str, n: int) -> str:
-    """How a result names the prompts it ran on, e.g. 'gsm8k test part, prompts 11-50 of the
-    file', and which of them a training template was shaped on (``overlap.shaped_items``)."""
-    from .overlap import shaped_items
-
-    first = part_start(split) + 1
-    label = f"{suite} {split} part, prompts {first}-{first + n - 1} of the file"
-    shaped = [line + 1 for line in shaped_items().get(suite, ()) if first <= line + 1 < first + n]
-    if shaped:   # the drafters trained before overlap.py read a template written after these
-        label += (f" ({'prompt' if len(shaped) == 1 else 'prompts'} {', '.join(map(str, shaped))}"
-                  f" of the file: the shape of a training template the drafters before the "
-                  f"overlap check read)")
-    return label
-
 
 def as_prompt(example: dict) -> dict:
     """Drop the assistant turn: what a held-out prompt file stores."""

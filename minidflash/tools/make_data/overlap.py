@@ -16,7 +16,8 @@ A template shaped on a suite item overlaps in some draws and not in others (the 
 "loaves of bread" are drawn one time in twenty); such templates are listed
 (``word_problems.SUITE_SHAPED``) and every problem made from one is excluded as well:
 ``why_excluded`` says which rule a prompt falls under, ``drop_excluded`` applies both to kept
-answers (``train`` reads no row it excludes).
+answers (``train`` reads no row it excludes), and ``split_label`` names the suite items a result
+ran on that such a template was shaped on.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ...config import PROMPTS_DIR
+from ..common import part_start
 from .suites import HUMANEVAL_TEMPLATE, MATH_SUFFIX, SOURCES
 from .word_problems import CHAINS, SUITE_SHAPED, template_regex, word_problem
 
@@ -119,7 +121,7 @@ class SuiteOverlap:
 def shaped_items(draws: int = 150) -> dict[str, tuple[int, ...]]:
     """suite -> the lines of its file that a SUITE_SHAPED template was written after: the items
     its draws share eight words with (``draws`` seeded draws a template). Decoding results on
-    them say so (``corpus.split_label``): the drafters trained before the check read them."""
+    them say so (``split_label``): the drafters trained before the check read them."""
     suites, found = SuiteOverlap(), {}
     for i, t in enumerate(t for t in CHAINS if t[0] in SUITE_SHAPED):
         rng = random.Random(i)
@@ -128,3 +130,16 @@ def shaped_items(draws: int = 150) -> dict[str, tuple[int, ...]]:
                 suite, line = item.split(":")
                 found.setdefault(suite, set()).add(int(line))
     return {suite: tuple(sorted(lines)) for suite, lines in found.items()}
+
+
+def split_label(suite: str, split: str, n: int) -> str:
+    """How a result names the prompts it ran on, e.g. 'gsm8k test part, prompts 11-50 of the
+    file', and which of them a training template was shaped on (``shaped_items``)."""
+    first = part_start(split) + 1
+    label = f"{suite} {split} part, prompts {first}-{first + n - 1} of the file"
+    shaped = [line + 1 for line in shaped_items().get(suite, ()) if first <= line + 1 < first + n]
+    if shaped:   # the drafters trained before overlap.py read a template written after these
+        label += (f" ({'prompt' if len(shaped) == 1 else 'prompts'} {', '.join(map(str, shaped))}"
+                  f" of the file: the shape of a training template the drafters before the "
+                  f"overlap check read)")
+    return label

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from .corpus import write_jsonl
+from ..common import write_jsonl
 from .overlap import SuiteOverlap
 
 KINDS = ("magpie", "codeio", "gym-math")

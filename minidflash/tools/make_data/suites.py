@@ -31,7 +31,7 @@ import zipfile
 from pathlib import Path
 
 from ...config import PROMPTS_DIR
-from .corpus import write_jsonl
+from ..common import write_jsonl
 
 # math template: "{question}" + MATH_SUFFIX
 MATH_SUFFIX = "\nPlease reason step by step, and put your final answer within \\boxed{}."

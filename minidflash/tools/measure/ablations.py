@@ -27,9 +27,9 @@ import torch
 from ...config import CACHE_DIR, PROMPTS_DIR
 from ...target import load_target
 from ...trainer import TrainConfig, train
-from ..make_data import corpus
+from ..common import read_jsonl
 from .bench import run_suite, warm_up
-from ..make_data.train_drafter import tiny_training_data
+from ..train.train_drafter import tiny_training_data
 
 # name -> (what changes, test block sizes)
 VARIANTS = {
@@ -65,7 +65,7 @@ def main(argv=None):
     target, tokenizer = load_target()
     base = TrainConfig(steps=a.steps, eval_every=a.steps, batch_size=a.batch_size, lr=a.lr)
     data = tiny_training_data(target, tokenizer, seed=base.seed)
-    rows = corpus.read_jsonl(PROMPTS_DIR / "arithmetic.jsonl")[: a.n]
+    rows = read_jsonl(PROMPTS_DIR / "arithmetic.jsonl")[: a.n]
     for name, (change, test_sizes) in VARIANTS.items():
         if name in results["variants"] or (a.only and not any(s in name for s in a.only)):
             continue

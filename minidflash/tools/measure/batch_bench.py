@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from ...batch import left_pad
 from ...target import chat_ids, stop_ids
 from ...verifier import speculative_generate, speculative_generate_batch
-from ..make_data import corpus
+from ..common import suite_prompts
 
 # The paper's concurrency table (SGLang, one B200, Qwen3-8B, MATH-500, tau 8.01): DFlash's
 # speedup over five concurrency settings from 1 to 32, in the table's order.
@@ -119,7 +119,7 @@ def run(target, tokenizer, drafter, suites, batch_sizes, threads, n, block_size,
             decode_batch(target, drafter, warm, B, 16, [])
     t0 = time.time()
     for suite in suites:
-        rows = corpus.suite_prompts(suite, split, n)
+        rows = suite_prompts(suite, split, n)
         results["suites"][suite] = r = run_suite(target, tokenizer, drafter, rows, batch_sizes,
                                                  threads, block_size, max_new_tokens)
         for t, per in r.items():

@@ -4,7 +4,7 @@ Same code path, same target, same process: block size 1 (plain autoregressive de
 block size B, alternating prompt by prompt after a warm-up, so that both see the same machine
 state. Prompts come from the *test* part of each suite unless ``--split`` says otherwise (the
 first 10 prompts of every suite are the *dev* part, where drafters and settings are chosen:
-corpus.suite_prompts). Reported per suite:
+common.suite_prompts). Reported per suite:
 
 * tau      mean over responses of (tokens committed / verify steps), accepted + 1 per step
 * speedup  mean baseline TPOT / mean DFlash TPOT (TPOT = decode time / new tokens, no prefill)
@@ -22,7 +22,6 @@ instead (batch_bench.py), at each of ``--threads``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -30,13 +29,14 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ...decoding import cache_kwargs, clock, crop_cache
+from ...decoding import cache_kwargs, crop_cache
 from ...config import TINY_DRAFTER_DIR, TINY_TARGET_DIR, repo_relative
 from ...drafter import load_drafter
-from ...target import chat_ids, describe_machine, load_target, stop_ids
+from ...target import chat_ids, load_target, stop_ids
 from ...verifier import speculative_generate
-from ..make_data import corpus
-from .metrics import correct, repeated_4gram_share
+from .. import common
+from ..common import correct, median_ms, repeated_4gram_share, take_turns, write
+from ..make_data.overlap import split_label
 
 
 def run_suite(target, tokenizer, drafter, rows, block_sizes, max_new_tokens, temperature,
@@ -121,31 +121,6 @@ def plot(results: dict, path: Path) -> None:
     fig.savefig(path, dpi=100)
 
 
-def median_ms(fn, repeats: int, device=None) -> float:
-    """Median milliseconds of ``repeats`` calls of fn, each timed by ``clock``."""
-    ts = []
-    for _ in range(repeats):
-        t = clock(device)
-        fn()
-        ts.append(clock(device) - t)
-    return 1e3 * sorted(ts)[len(ts) // 2]
-
-
-def take_turns(measure, threads, rounds: int) -> dict:
-    """{t: [measure() at t torch threads, one per round]}: the thread counts take turns round by
-    round (order reversed every other round), so all see the same machine state; the caller's
-    thread count is restored."""
-    runs, before = {t: [] for t in threads}, torch.get_num_threads()
-    try:
-        for r in range(rounds):
-            for t in (threads if r % 2 == 0 else threads[::-1]):
-                torch.set_num_threads(t)
-                runs[t].append(measure())
-    finally:
-        torch.set_num_threads(before)
-    return runs
-
-
 @torch.no_grad()
 def step_times(target, drafter, context: int = 512, repeats: int = 20) -> dict:
     """Median milliseconds of the pieces of a step: a prefill of `context` tokens, a plain
@@ -218,10 +193,10 @@ def main(argv=None) -> dict:
     p.add_argument("--suites", nargs="+", default=["arithmetic", "code"],
                    help="files in data/prompts (arithmetic code humaneval mtbench gsm8k math500)")
     p.add_argument("--n", type=int, default=10, help="prompts per suite (the first n of the part)")
-    p.add_argument("--split", choices=corpus.SPLITS, default="test",
+    p.add_argument("--split", choices=common.SPLITS, default="test",
                    help="which part of each suite: test (default: the prompts after the first "
-                        f"{corpus.DEV_PROMPTS}, where results are reported), dev (the first "
-                        f"{corpus.DEV_PROMPTS}, where settings are chosen) or all")
+                        f"{common.DEV_PROMPTS}, where results are reported), dev (the first "
+                        f"{common.DEV_PROMPTS}, where settings are chosen) or all")
     p.add_argument("--block-sizes", type=int, nargs="+", default=None,
                    help="block sizes against plain decoding (default: the drafter's)")
     p.add_argument("--p-min", type=float, default=None,
@@ -302,7 +277,7 @@ def main(argv=None) -> dict:
         rows = suite_rows(suite, a)
         results["suites"][suite] = r = run_suite(target, tokenizer, drafter, rows, a.block_sizes,
                                                  a.max_new_tokens, a.temperature, p_min=p_min)
-        r["prompts_used"] = corpus.split_label(suite, a.split, len(rows))
+        r["prompts_used"] = split_label(suite, a.split, len(rows))
         for b, s in r["block_sizes"].items():
             acc = "" if s["accuracy"] is None else f"  accuracy {s['accuracy']:.2f} (plain {r['plain_accuracy']:.2f})"
             print(f"{suite:>11}  B={b:>2}  tau {s['tau']:.2f}  speedup {s['speedup']:.2f}x  "
@@ -320,10 +295,10 @@ def main(argv=None) -> dict:
 def suite_rows(suite: str, a) -> list[dict]:
     """The prompts a run reads, said once on stderr (which part of the suite they are)."""
     try:
-        rows = corpus.suite_prompts(suite, a.split, a.n)
+        rows = common.suite_prompts(suite, a.split, a.n)
     except ValueError as e:
         raise SystemExit(f"bench: {e}") from None
-    print(f"{corpus.split_label(suite, a.split, len(rows))}", file=sys.stderr)
+    print(f"{split_label(suite, a.split, len(rows))}", file=sys.stderr)
     return rows
 
 
@@ -333,18 +308,8 @@ def template_sources(suite: str, split: str, n: int) -> list[int]:
         return []
     from ..make_data.chat_prompts import GSM_SYMBOLIC_SOURCES
 
-    first = corpus.part_start(split)
+    first = common.part_start(split)
     return [line - first for line in GSM_SYMBOLIC_SOURCES if first <= line < first + n]
-
-
-def write(results: dict, json_path: str | None, plot_fn) -> None:
-    """The figures as JSON at json_path (if given) and their plot as a PNG beside it."""
-    if json_path:
-        path = Path(json_path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        results.setdefault("machine", describe_machine())     # timings hold on this machine
-        path.write_text(json.dumps(results, indent=1) + "\n")
-        plot_fn(results, path.with_suffix(".png"))
 
 
 def compare(a, target, tokenizer, command: str) -> dict:
@@ -383,7 +348,7 @@ def compare(a, target, tokenizer, command: str) -> dict:
             rows = suite_rows(suite, a)
             result["suites"][suite] = r = m.run_methods(targets, tokenizer, rows, a.methods,
                                                         drafters, a.max_new_tokens)
-            r["prompts_used"] = corpus.split_label(suite, a.split, len(rows))
+            r["prompts_used"] = split_label(suite, a.split, len(rows))
             sources = template_sources(suite, a.split, len(rows))
             if sources:                     # GSM8K also without GSM-Symbolic's source items
                 r["without_template_sources"] = m.without(r, sources)

@@ -38,8 +38,9 @@ from ...drafter import check_tree, load_drafter
 from ...target import chat_ids, describe_machine, load_target, stop_ids
 from ...verifier import speculative_generate
 from ...verify_cost import VerifyCost, costs_from_dict, costs_to_dict
-from ..make_data import corpus
-from .bench import median_ms, take_turns
+from .. import common
+from ..common import median_ms, take_turns
+from ..make_data.overlap import split_label
 
 BINS = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
 
@@ -243,7 +244,7 @@ def main(argv=None) -> dict:
                    help="curve and calibration: the target's (and drafter's) dtype (auto: "
                         "target.resolve_dtype; with --shape fp32 unless given)")
     p.add_argument("--suites", nargs="+", default=["arithmetic", "code"])
-    p.add_argument("--split", choices=corpus.SPLITS, default="test")
+    p.add_argument("--split", choices=common.SPLITS, default="test")
     p.add_argument("--n", type=int, default=10, help="calibration: prompts per suite")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--block-size", type=int, default=None)
@@ -297,12 +298,12 @@ def main(argv=None) -> dict:
         results.update(dtype=str(target.dtype).replace("torch.", ""), split=a.split, n=a.n, max_new_tokens=a.max_new_tokens, suites={})
         for suite in a.suites:
             try:
-                rows = corpus.suite_prompts(suite, a.split, a.n)
+                rows = common.suite_prompts(suite, a.split, a.n)
             except ValueError as e:
                 p.error(str(e))
             c = results["suites"][suite] = calibration(target, tokenizer, drafter, rows,
                                                        a.max_new_tokens, a.block_size)
-            c["prompts_used"] = corpus.split_label(suite, a.split, len(rows))
+            c["prompts_used"] = split_label(suite, a.split, len(rows))
             print(f"{suite}: q bin -> accepted: " + "  ".join(
                 f"{lo:.1f}-{hi:.1f}: {o:.2f} ({r})" for lo, hi, o, r in
                 zip(c["bins"], c["bins"][1:], c["observed"], c["reached"]) if o is not None))

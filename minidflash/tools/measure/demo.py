@@ -19,7 +19,7 @@ from ...config import PAPER, PROMPTS_DIR, TINY_DRAFTER_DIR
 from ...drafter import DFlashDrafter, load_drafter, make_drafter_config
 from ...target import chat_ids, load_target, stop_ids
 from ...verifier import speculative_generate
-from ..make_data import corpus
+from ..common import read_jsonl
 from .methods import divergence, load_targets
 from .render import legend, render
 
@@ -76,7 +76,7 @@ def demo(args) -> None:
     torch.manual_seed(0)
     target, tokenizer = load_target(args.target, dtype=args.dtype)
     drafter = get_drafter(args.drafter, target, tokenizer)
-    rows = corpus.read_jsonl(PROMPTS_DIR / f"{args.suite}.jsonl")[: args.n]
+    rows = read_jsonl(PROMPTS_DIR / f"{args.suite}.jsonl")[: args.n]
     stops = stop_ids(tokenizer)
     mode = "ansi" if sys.stdout.isatty() and not args.no_color else "plain"
     B = args.block_size or drafter.block_size

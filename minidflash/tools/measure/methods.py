@@ -64,7 +64,7 @@ from ...settings import DecodingConfig
 from ...target import chat_ids, stop_ids
 from ...verifier import speculative_generate
 from ...verify_cost import for_threads
-from .metrics import LOOPING, correct, repeated_4gram_share
+from ..common import LOOPING, correct, repeated_4gram_share
 
 
 class Method(NamedTuple):

@@ -31,7 +31,7 @@ from ...config import PROMPTS_DIR
 from ...drafter import load_drafter
 from ...target import chat_ids, load_target, stop_ids
 from ...verifier import speculative_generate
-from ..make_data import corpus
+from ..common import read_jsonl
 
 KINDS = ("word in question", "other word", "digits", "symbols", "spaces and newlines")
 
@@ -117,7 +117,7 @@ def main(argv=None) -> dict:
         path = PROMPTS_DIR / f"{suite}.jsonl"
         if not path.is_file():
             raise SystemExit(f"no suite {suite!r}: {path} is missing (see data/prompts/README.md)")
-        rows = corpus.read_jsonl(path)[:a.n]
+        rows = read_jsonl(path)[:a.n]
         result["suites"][suite] = misses(target, tokenizer, drafter, rows, a.max_new_tokens,
                                          a.block_size)
         print(report(suite, result["suites"][suite]), flush=True)

@@ -30,7 +30,7 @@ from ...settings import DecodingConfig
 from ...target import chat_ids, load_target, stop_ids
 from ...trainer import smooth
 from ...verifier import speculative_generate
-from ..make_data import corpus
+from ..common import read_jsonl, write
 
 
 def snapshot_taus(target, tokenizer, drafter, rows_by_suite: dict, max_new_tokens: int) -> dict:
@@ -101,7 +101,7 @@ def main(argv=None) -> dict:
     torch.set_num_threads(a.threads)
     target, tokenizer = load_target(a.target, dtype=torch.float32)   # as its results were made
     drafter = load_drafter(a.drafter, target=target)
-    rows = {s: corpus.read_jsonl(PROMPTS_DIR / f"{s}.jsonl")[: a.n] for s in a.suites}
+    rows = {s: read_jsonl(PROMPTS_DIR / f"{s}.jsonl")[: a.n] for s in a.suites}
     states = []
     for f in a.snapshots:
         state = torch.load(f, map_location="cpu")
@@ -137,8 +137,6 @@ def main(argv=None) -> dict:
                   "extended_by": old.get("extended_by", []) + [result["command"]],
                   "points": sorted(old["points"] + points, key=lambda p: p["answers_seen"]),
                   "training_anchors": anchors}
-    from .bench import write
-
     write(result, a.json, plot)
     return result
 

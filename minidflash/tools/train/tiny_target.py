@@ -28,8 +28,8 @@ from tqdm.auto import tqdm
 from ...config import PAPER, PROMPTS_DIR, TINY_TARGET_DIR
 from ...target import CHAT_TEMPLATE, chat_ids, load_target, stop_ids
 from ...verifier import speculative_generate
-from . import corpus
-from ..measure.metrics import boxed, repeated_4gram_share
+from ..make_data import corpus
+from ..common import boxed, read_jsonl, repeated_4gram_share, write_jsonl
 
 # The regex Qwen2 / Qwen3 split text with before byte-level BPE: digits one by one, words with
 # their leading space, punctuation runs, newlines.
@@ -159,7 +159,7 @@ def train_target(out_dir: str | os.PathLike = TINY_TARGET_DIR, steps: int = 1800
         shutil.rmtree(out_dir)
     tmp.replace(out_dir)
     for domain, rows in held.items():
-        corpus.write_jsonl([corpus.as_prompt(e) for e in rows], PROMPTS_DIR / f"{domain}.jsonl")
+        write_jsonl([corpus.as_prompt(e) for e in rows], PROMPTS_DIR / f"{domain}.jsonl")
     return info
 
 
@@ -171,7 +171,7 @@ def evaluate_target(model=None, tokenizer=None, n: int = 64, max_new_tokens: int
         model, tokenizer = load_target()
     out = {}
     for domain in ("arithmetic", "code"):
-        rows = corpus.read_jsonl(PROMPTS_DIR / f"{domain}.jsonl")[:n]
+        rows = read_jsonl(PROMPTS_DIR / f"{domain}.jsonl")[:n]
         rep, right, lengths = [], [], []
         for row in rows:
             r = speculative_generate(model, None, chat_ids(tokenizer, row["messages"]),

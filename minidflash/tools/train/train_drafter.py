@@ -43,9 +43,7 @@ from ...drafter import default_target_layer_ids
 from ...target import load_target, warn_emulated_bf16
 from ...train_data import cached_regeneration, feature_pass, in_dtype
 from ...trainer import TrainConfig, distributed, train
-from . import answers
-from . import chat_prompts
-from . import corpus
+from ..make_data import answers, chat_prompts, corpus
 
 TINY_N_CODE = 1000           # --n-code for the tiny target (the shipped drafter's)
 CHAT_COUNTS = {"n_math": 2000, "n_code": 1500, "n_prose": 1500}   # for a chat target
@@ -302,7 +300,7 @@ def main(argv=None) -> dict:
             if rank > 0:
                 data = data_for(progress=False, mine=shards)
     if answers_dir is not None and not keep_suite_overlap:   # no suite item, nor a template of one
-        from .overlap import SuiteOverlap
+        from ..make_data.overlap import SuiteOverlap
 
         data, dropped = SuiteOverlap().drop_excluded(data, tokenizer)
         data_args["excluded"] = dropped

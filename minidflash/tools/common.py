@@ -1,0 +1,178 @@
+"""What the tools share: prompt files and suites, the answer checks, timing, results files, and
+the command-line options every command spells the same way.
+
+Not a paper section. The tools sit in folders that import one way, bottom to top::
+
+    engines  <  common  <  make_data  <  train  <  measure
+
+and this module is the one leaf they all may read (it imports the core package and nothing else
+of the tools; ``tests/test_layout.py`` checks the order).
+
+* **Prompt files.** ``data/prompts/<suite>.jsonl`` holds one prompt a line. Every suite is split
+  once, by position in its file: the first ``DEV_PROMPTS`` prompts are the *dev* part, where
+  drafters, training data and decoding settings are chosen; the rest is the *test* part, where
+  results are reported (``suite_prompts``).
+* **Answer checks.** Loops (repeated 4-grams) and task accuracy by the suites' own rules: the last
+  ``\\boxed{}`` for math (the paper's prompt template), the HumanEval tests run in a subprocess
+  for code.
+* **Timing and results.** ``median_ms`` / ``take_turns`` time a piece of work the same way in
+  every benchmark; ``write`` saves a result as JSON with its plot beside it and the machine.
+* **Options.** ``--threads``, ``--dtype`` (``auto`` / ``float32`` / ``bfloat16``), ``--n`` and
+  ``--suites`` mean the same in every command; a bad value is one line from argparse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ..config import PROMPTS_DIR
+
+# --------------------------------------------------------------------------------------------
+# Prompt files and suites
+# --------------------------------------------------------------------------------------------
+
+DEV_PROMPTS = 10
+SPLITS = ("test", "dev", "all")
+
+
+def write_jsonl(rows: list[dict], path: str | Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    tmp.replace(path)  # never leave a half-written file behind
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def suite_names(prompts_dir: str | Path | None = None) -> list[str]:
+    """The suites there are: the files of ``data/prompts`` (without .jsonl), sorted."""
+    return sorted(q.stem for q in Path(prompts_dir or PROMPTS_DIR).glob("*.jsonl"))
+
+
+def part_start(split: str) -> int:
+    """Where a part begins in its suite's file (0-based line): the test part after the dev part."""
+    return {"dev": 0, "test": DEV_PROMPTS, "all": 0}[split]
+
+
+def suite_prompts(suite: str, split: str = "test", n: int | None = None,
+                  prompts_dir: str | Path | None = None) -> list[dict]:
+    """The first n prompts of one part of ``data/prompts/<suite>.jsonl``.
+
+    split: "dev" (the first DEV_PROMPTS prompts of the file), "test" (the rest) or "all".
+    n None takes the whole part; asking for more than the part holds is an error, so a number
+    reported for "n = 40" always means 40 prompts.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    path = Path(prompts_dir or PROMPTS_DIR) / f"{suite}.jsonl"
+    if not path.exists():
+        raise ValueError(f"no prompt suite {suite!r}: {path} does not exist; the suites are "
+                         f"{', '.join(suite_names(path.parent))}")
+    rows = read_jsonl(path)
+    part = rows[part_start(split):DEV_PROMPTS if split == "dev" else None]
+    if n is not None and n > len(part):
+        raise ValueError(f"{suite}'s {split} part holds {len(part)} prompts, fewer than the "
+                         f"{n} asked for: ask for n <= {len(part)}")
+    return part if n is None else part[:n]
+
+
+# --------------------------------------------------------------------------------------------
+# Answer checks: loops and task accuracy
+# --------------------------------------------------------------------------------------------
+
+LOOPING = 0.25   # an answer "loops" when more than this share of its 4-grams repeat earlier ones
+
+
+def repeated_4gram_share(ids: list[int]) -> float:
+    """Share of the 4-grams of a response that already occurred earlier in it."""
+    seen, rep, grams = set(), 0, [tuple(ids[i:i + 4]) for i in range(len(ids) - 3)]
+    for g in grams:
+        rep += g in seen
+        seen.add(g)
+    return rep / max(1, len(grams))
+
+
+def boxed(text: str) -> str | None:
+    m = re.findall(r"\\boxed\{([^{}]*)\}", text)
+    return m[-1].strip() if m else None
+
+
+def humaneval_passes(row: dict, completion: str, timeout: float = 5.0) -> bool:
+    """Run a HumanEval problem's tests on the code in a completion, in a subprocess."""
+    code = re.findall(r"```(?:python)?\n(.*?)```", completion, re.S)
+    program = (code[0] if code else completion) + "\n\n" + row["test"] + f"\ncheck({row['entry_point']})\n"
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(program)
+    try:
+        r = subprocess.run([sys.executable, f.name], capture_output=True, timeout=timeout)
+        return r.returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
+    finally:
+        Path(f.name).unlink(missing_ok=True)
+
+
+def correct(row: dict, text: str) -> bool | None:
+    """True/False where the suite is checkable, None where it is not."""
+    if "answer" in row:
+        return boxed(text) == str(row["answer"]).strip()
+    if "test" in row and "entry_point" in row:
+        return humaneval_passes(row, text)
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Timing and results files
+# --------------------------------------------------------------------------------------------
+
+def median_ms(fn, repeats: int, device=None) -> float:
+    """Median milliseconds of ``repeats`` calls of fn, each timed by ``clock``."""
+    from ..decoding import clock
+
+    ts = []
+    for _ in range(repeats):
+        t = clock(device)
+        fn()
+        ts.append(clock(device) - t)
+    return 1e3 * sorted(ts)[len(ts) // 2]
+
+
+def take_turns(measure, threads, rounds: int) -> dict:
+    """{t: [measure() at t torch threads, one per round]}: the thread counts take turns round by
+    round (order reversed every other round), so all see the same machine state; the caller's
+    thread count is restored."""
+    import torch
+
+    runs, before = {t: [] for t in threads}, torch.get_num_threads()
+    try:
+        for r in range(rounds):
+            for t in (threads if r % 2 == 0 else threads[::-1]):
+                torch.set_num_threads(t)
+                runs[t].append(measure())
+    finally:
+        torch.set_num_threads(before)
+    return runs
+
+
+def write(results: dict, json_path: str | None, plot_fn) -> None:
+    """The figures as JSON at json_path (if given) and their plot as a PNG beside it."""
+    from ..target import describe_machine
+
+    if json_path:
+        path = Path(json_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        results.setdefault("machine", describe_machine())     # timings hold on this machine
+        path.write_text(json.dumps(results, indent=1) + "\n")
+        plot_fn(results, path.with_suffix(".png"))
