@@ -152,7 +152,7 @@ def test_step_times_cover_every_piece_at_every_thread_count(tiny):
 
 
 def test_step_times_command_writes_each_thread_count(tmp_path, monkeypatch):
-    """``bench --step-times --threads 1 2 --json F``: the counts take turns, each is recorded,
+    """``bench --step-times --threads 1 2 --out F``: the counts take turns, each is recorded,
     the figure is drawn; several counts without --step-times are refused."""
     seen = []
 
@@ -164,12 +164,12 @@ def test_step_times_command_writes_each_thread_count(tmp_path, monkeypatch):
                 **{f"draft_{B}_ms": 1.0 * t for B in (4, 8, 16)}}
     monkeypatch.setattr(bench, "step_times", fake_step_times)
     path = tmp_path / "step_times.json"
-    bench.main(["--step-times", "--threads", "1", "2", "--json", str(path)])
+    bench.main(["--step-times", "--threads", "1", "2", "--out", str(path)])
     saved = json.loads(path.read_text())
     assert seen == [1, 2, 2, 1, 1, 2]
     assert list(saved["threads"]) == ["1", "2"] and saved["threads"]["2"]["decode_ms"] == 4.0
     assert saved["threads"]["1"]["dflash_step_in_decode_steps"] == pytest.approx((1 + 7) / 2)
-    assert saved["command"] == f"python -m minidflash bench --step-times --threads 1 2 --json {path}"
+    assert saved["command"] == f"python -m minidflash bench --step-times --threads 1 2 --out {path}"
     assert saved["target"] == "data/target" and saved["drafter"] == "data/drafter"
     machine = saved["machine"]                     # what the timings hold on
     assert machine["cores"] == os.cpu_count() and machine["cpu"] and machine["torch"] == torch.__version__
@@ -192,7 +192,7 @@ def test_full_vocab_ignores_the_draft_vocabulary_file(tmp_path, monkeypatch, tin
         return {"prefill_ms": 50.0, "decode_ms": 2.0, **{f"verify_{B}_ms": 3.0 for B in (4, 8, 16)},
                 **{f"draft_{B}_ms": 1.0 for B in (4, 8, 16)}}
     monkeypatch.setattr(bench, "step_times", fake_step_times)
-    argv = ["--step-times", "--drafter", str(tmp_path / "d"), "--json"]
+    argv = ["--step-times", "--drafter", str(tmp_path / "d"), "--out"]
     subset = bench.main(argv + [str(tmp_path / "a.json")])
     full = bench.main(argv + [str(tmp_path / "b.json"), "--full-vocab"])
     half = (drafter.config.vocab_size + 1) // 2

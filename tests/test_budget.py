@@ -86,7 +86,7 @@ def test_curve_of_a_published_shape_with_random_weights(tmp_path, monkeypatch):
         num_hidden_layers=2, target_layer_ids=[1, 3, 5], block_size=4, mask_token_id=511)))
     out = tmp_path / "curve.json"
     budget.main(["curve", "--shape", "small", "--dtype", "bfloat16", "--threads", "1",
-                 "--max-k", "6", "--context", "32", "--json", str(out)])
+                 "--max-k", "6", "--context", "32", "--out", str(out)])
     saved = json.loads(out.read_text())
     assert saved["target"] == "small, random weights" and saved["dtype"] == "bfloat16"
     assert len(saved["threads"]["1"]["verify_ms"]) == 6 and saved["threads"]["1"]["draft_ms"] > 0

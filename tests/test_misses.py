@@ -40,10 +40,11 @@ def test_the_steps_it_sorts_are_the_decode_s_steps():
     assert sum(n for _, n in r["missed_words"]) == sum(words)
 
 
-def test_the_command_writes_its_json_and_refuses_a_missing_suite(tmp_path):
+def test_the_command_writes_its_json_and_refuses_a_missing_suite(tmp_path, capsys):
     out = tmp_path / "m.json"
     result = misses.main(["--suites", "arithmetic", "--n", "1", "--max-new-tokens", "24",
-                          "--drafter", str(TINY_DRAFTER_DIR), "--json", str(out)])
+                          "--drafter", str(TINY_DRAFTER_DIR), "--out", str(out)])
     assert out.is_file() and result["suites"]["arithmetic"]["steps"] > 0
-    with pytest.raises(SystemExit, match="no suite 'nope'"):
+    with pytest.raises(SystemExit):
         misses.main(["--suites", "nope", "--n", "1"])
+    assert "--suites nope: no such suite in data/prompts; the suites are" in capsys.readouterr().err

@@ -23,7 +23,7 @@ def test_curve_orders_snapshots_and_trained_beats_untrained(tmp_path):
         torch.save(state if before is None else {**state, "answers_before": before}, files[-1])
     out = tmp_path / "curve.json"
     result = tau_curve.main([*map(str, files), "--drafter", str(TINY_DRAFTER_DIR), "--suites",
-                             "arithmetic", "--n", "2", "--max-new-tokens", "48", "--json", str(out)])
+                             "arithmetic", "--n", "2", "--max-new-tokens", "48", "--out", str(out)])
     assert [p["step"] for p in result["points"]] == [10, 3000, 5]
     assert [p["answers_seen"] for p in result["points"]] == [40, 12000, 12020]  # + step x batch
     early, late = (p["tau"]["arithmetic"] for p in result["points"][:2])
@@ -52,7 +52,7 @@ def test_extend_adds_a_later_runs_points_to_a_saved_curve(tmp_path):
 
     out = str(tmp_path / "curve.json")
     common = ["--drafter", str(TINY_DRAFTER_DIR), "--suites", "arithmetic", "--n", "1",
-              "--max-new-tokens", "24", "--json", out]
+              "--max-new-tokens", "24", "--out", out]
     first = tau_curve.main([snapshot("a", 10, 0), snapshot("b", 20, 0), *common])
     both = tau_curve.main([snapshot("c", 5, 80), *common, "--extend"])
     assert [p["answers_seen"] for p in both["points"]] == [40, 80, 100]

@@ -31,7 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..config import PROMPTS_DIR
+from ..config import PROMPTS_DIR, repo_relative
 
 # --------------------------------------------------------------------------------------------
 # Prompt files and suites
@@ -176,3 +176,67 @@ def write(results: dict, json_path: str | None, plot_fn) -> None:
         results.setdefault("machine", describe_machine())     # timings hold on this machine
         path.write_text(json.dumps(results, indent=1) + "\n")
         plot_fn(results, path.with_suffix(".png"))
+
+
+# --------------------------------------------------------------------------------------------
+# The options every command spells the same way
+# --------------------------------------------------------------------------------------------
+
+DTYPES = ("auto", "float32", "bfloat16")
+AUTO = ("auto: bf16 where the device multiplies bf16 natively and the model is large enough to "
+        "gain, else fp32 (target.resolve_dtype)")
+
+
+def count(text: str) -> int:
+    """An argparse type: a whole number of 1 or more (prompts, threads)."""
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n}: give 1 or more")
+    return n
+
+
+def add_threads(p: argparse.ArgumentParser, default=1, what: str = "torch threads",
+                more: str = "") -> None:
+    """``--threads N`` (or ``N M ...`` where the command sweeps: a list default), each >= 1;
+    the help says the default."""
+    several = isinstance(default, list)
+    shown = " ".join(map(str, default)) if several else default
+    p.add_argument("--threads", type=count, nargs="+" if several else None, default=default,
+                   metavar="N", help=f"{what} (default {shown}){more}")
+
+
+def add_dtype(p: argparse.ArgumentParser, flag: str = "--dtype", default: str = "auto",
+              what: str = "the target's and drafter's dtype") -> None:
+    """A dtype option: auto / float32 / bfloat16, the help saying the default and what auto is."""
+    p.add_argument(flag, choices=DTYPES, default=default,
+                   help=f"{what} (default {default}; {AUTO})")
+
+
+def resolved_dtype(dtype: str, model) -> str:
+    """"float32" or "bfloat16": ``dtype`` itself, or for "auto" what ``target.resolve_dtype``
+    picks for ``model`` (its size, its device)."""
+    if dtype != "auto":
+        return dtype
+    from ..target import resolve_dtype
+
+    first = next(model.parameters())
+    size = sum(q.numel() for q in model.parameters())
+    return str(resolve_dtype("auto", size, first.device)).removeprefix("torch.")
+
+
+def check_suites(error, suites: list[str], n: int | None = None, split: str | None = None,
+                 prompts_dir: str | Path | None = None) -> None:
+    """One line through ``error`` (an ArgumentParser's ``error``) unless every suite is a file of
+    data/prompts and, with ``split``, its part holds ``n`` prompts."""
+    known = suite_names(prompts_dir)
+    unknown = [s for s in suites if s not in known]
+    if unknown:
+        error(f"--suites {' '.join(unknown)}: no such suite in "
+              f"{repo_relative(prompts_dir or PROMPTS_DIR)}; "
+              f"the suites are {', '.join(known)}")
+    if split is not None:
+        for s in suites:
+            try:
+                suite_prompts(s, split, n, prompts_dir)
+            except ValueError as e:
+                error(f"--n {n}: {e}")

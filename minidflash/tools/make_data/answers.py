@@ -45,6 +45,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
+from ..common import add_dtype, add_threads, resolved_dtype
 from ..engines.llama_cpp_binaries import llama_server, server_answer
 
 MANIFEST = "answers.json"
@@ -263,11 +264,11 @@ def arguments(argv=None) -> argparse.Namespace:
                    "llama-cpp: llama-server's parallel slots; torch-features: transformers' "
                    "generate() in fp32 capturing the features as it goes (train_data.regenerate, "
                    "the reference to beat)")
-    p.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16",
-                   help="torch: the weights the answers are decoded with (bf16 matmuls run on a "
-                        "CPU's AMX/AVX-512 bf16 units; features and --check stay fp32)")
+    add_dtype(p, default="bfloat16",
+              what="torch: the weights the answers are decoded with (bf16 matmuls run on a CPU's "
+                   "AMX/AVX-512 bf16 units; features and --check stay fp32)")
     p.add_argument("--parallel", type=int, default=8, help="llama-server slots decoding together")
-    p.add_argument("--threads", type=int, default=2)
+    add_threads(p, what="torch threads, and llama-server's with --engine llama-cpp")
     p.add_argument("--regen-batch", type=int, default=64, help="torch: prompts decoded together")
     p.add_argument("--target-gguf", default=None,
                    help="llama-cpp: the target's GGUF (default: the offline source's)")
@@ -281,14 +282,13 @@ def arguments(argv=None) -> argparse.Namespace:
     p.add_argument("--time-features", action="store_true",
                    help="time train_data.feature_pass over the shards made in this run (none "
                         "made: over the last shard there) and report text + features end to end")
-    p.add_argument("--feature-dtype", choices=["float32", "bfloat16"], default="float32",
-                   help="--time-features: the dtype of the pass (bfloat16 also reports how far "
-                        "its features are from fp32's)")
+    add_dtype(p, "--feature-dtype", default="float32", what="--time-features: the dtype of the "
+              "pass (bfloat16 also reports how far its features are from fp32's)")
     p.add_argument("--coverage", type=int, nargs="*", default=None, metavar="K",
                    help="report the share of answer tokens the K most frequent cover (a draft "
                         "vocabulary; default K 4096 8192 16384), counted on all shards but the "
                         "last and measured on them and on the last")
-    p.add_argument("--json", default=None, help="write the result here too")
+    p.add_argument("--results", default=None, help="write the result here too, as JSON")
     args = p.parse_args(argv)
     for kind, default in (("n_math", 3000), ("n_code", 1500), ("n_prose", 1500)):
         if getattr(args, kind) is None:
@@ -468,6 +468,8 @@ def main(argv=None) -> dict:
     target, tokenizer = load_target(args.target, dtype=torch.float32)   # features: fp32
     if args.layer_ids is None:
         args.layer_ids = default_target_layer_ids(target.config.num_hidden_layers, 3)
+    for dtype in ("dtype", "feature_dtype"):                          # auto: bf16 or fp32 here
+        setattr(args, dtype, resolved_dtype(getattr(args, dtype), target))
     wanted = args.shards if args.make_shards is None else args.make_shards
     todo = [s for s in range(wanted) if str(s) not in manifest["shards"]
             and (args.only_shards is None or s in args.only_shards)]
@@ -489,8 +491,8 @@ def main(argv=None) -> dict:
     if args.check:
         result["check"] = agreement(target, load_answers(out, len(manifest["shards"]))[:args.check])
     print(json.dumps(result, indent=1))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"command": command, **result}, indent=1) + "\n")
+    if args.results:
+        Path(args.results).write_text(json.dumps({"command": command, **result}, indent=1) + "\n")
     return result
 
 

@@ -396,7 +396,7 @@ def main(argv=None) -> None:
 
     ap = argparse.ArgumentParser(prog="python -m minidflash.tools.make_data.chat_prompts",
                                  description="Write the chat training prompts as JSONL.")
-    ap.add_argument("out")
+    ap.add_argument("--out", required=True, help="the JSON-lines file to write")
     ap.add_argument("--n-math", type=int, default=2000)
     ap.add_argument("--n-code", type=int, default=1500)
     ap.add_argument("--n-prose", type=int, default=1500)

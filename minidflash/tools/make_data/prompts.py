@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from ..common import write_jsonl
+from ..common import add_threads, count, write_jsonl
 from .overlap import SuiteOverlap
 
 KINDS = ("magpie", "codeio", "gym-math")
@@ -33,7 +33,7 @@ def arguments(argv=None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--kind", choices=KINDS, required=True)
     p.add_argument("--out", required=True, help="the JSON-lines file to write")
-    p.add_argument("--n", type=int, default=None,
+    p.add_argument("--n", type=count, default=None,
                    help="prompts to make (codeio: default all its tasks; the others: required)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--target", default="HuggingFaceTB/SmolLM2-135M-Instruct",
@@ -41,8 +41,12 @@ def arguments(argv=None) -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=1.0, help="magpie: sampling temperature")
     p.add_argument("--max-new-tokens", type=int, default=128, help="magpie: a request's cap")
     p.add_argument("--batch", type=int, default=64, help="magpie: requests sampled together")
-    p.add_argument("--threads", type=int, default=2)
-    return p.parse_args(argv)
+    add_threads(p)
+    a = p.parse_args(argv)
+    if a.n is None and a.kind != "codeio":
+        what = "requests" if a.kind == "magpie" else "problems"
+        p.error(f"--kind {a.kind} needs --n (how many {what})")
+    return a
 
 
 def make(args) -> tuple[list[dict], dict]:
@@ -51,8 +55,6 @@ def make(args) -> tuple[list[dict], dict]:
         from ...target import load_target
         from .magpie import magpie_requests
 
-        if args.n is None:
-            raise ValueError("--kind magpie needs --n (how many requests)")
         target, tokenizer = load_target(args.target)
         return magpie_requests(target, tokenizer, args.n, args.seed, args.temperature,
                                args.max_new_tokens, args.batch)
@@ -61,8 +63,6 @@ def make(args) -> tuple[list[dict], dict]:
     if args.kind == "codeio":
         rows = codeio_prompts(args.n, args.seed)
     else:
-        if args.n is None:
-            raise ValueError("--kind gym-math needs --n (how many problems)")
         rows = gym_math_prompts(args.n, args.seed)
     suites = SuiteOverlap()
     kept = [r for r in rows if not suites.overlaps(r["messages"][0]["content"])]

@@ -27,7 +27,7 @@ import torch
 from ...config import CACHE_DIR, PROMPTS_DIR
 from ...target import load_target
 from ...trainer import TrainConfig, train
-from ..common import read_jsonl
+from ..common import add_threads, count, read_jsonl
 from .bench import run_suite, warm_up
 from ..train.train_drafter import tiny_training_data
 
@@ -51,12 +51,12 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--lr", type=float, default=1.5e-3)
-    p.add_argument("--n", type=int, default=12, help="held-out arithmetic prompts to decode")
+    p.add_argument("--n", type=count, default=12, help="held-out arithmetic prompts to decode (default 12)")
     p.add_argument("--only", nargs="*", default=None, help="substrings of variant names to run")
     p.add_argument("--out", default="data/results/ablations.json")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch threads for training and timing (default 1: on a shared machine "
-                        "more threads than free cores stall at random and distort the speedups)")
+    add_threads(p, what="torch threads for training and timing",
+                more=": on a shared machine more threads than free cores stall at random and "
+                     "distort the speedups")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     out = Path(a.out)

@@ -14,7 +14,7 @@ Throughput = new tokens summed over rows / the batch's decode time (prefill excl
 is), summed over batches. At N = 1 the batched code path is timed too, to show what the ragged
 bookkeeping costs where it is not needed.
 
-``python -m minidflash bench --batch-sizes 1 2 4 8 16 --threads 1 2 --n 16 --json data/results/batch_throughput.json``
+``python -m minidflash bench --batch-sizes 1 2 4 8 16 --threads 1 2 --n 16 --out data/results/batch_throughput.json``
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ common.suite_prompts). Reported per suite:
 * task accuracy where checkable (\\boxed{} answers; HumanEval tests), for BOTH decoders, which
   must agree because the outputs are identical (asserted for greedy).
 
-``python -m minidflash bench --suites arithmetic code --n 10 --json data/results/bench.json``
+``python -m minidflash bench --suites arithmetic code --n 10 --out data/results/bench.json``
 
 ``--batch-sizes 1 2 4 8 16``: throughput of plain decoding and DFlash serving N requests at once
 instead (batch_bench.py), at each of ``--threads``.
@@ -35,7 +35,8 @@ from ...drafter import load_drafter
 from ...target import chat_ids, load_target, stop_ids
 from ...verifier import speculative_generate
 from .. import common
-from ..common import correct, median_ms, repeated_4gram_share, take_turns, write
+from ..common import (add_dtype, add_threads, check_suites, correct, count, median_ms,
+                      repeated_4gram_share, take_turns, write)
 from ..make_data.overlap import split_label
 
 
@@ -192,7 +193,8 @@ def main(argv=None) -> dict:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suites", nargs="+", default=["arithmetic", "code"],
                    help="files in data/prompts (arithmetic code humaneval mtbench gsm8k math500)")
-    p.add_argument("--n", type=int, default=10, help="prompts per suite (the first n of the part)")
+    p.add_argument("--n", type=count, default=10,
+                   help="prompts per suite, the first n of the part (default 10)")
     p.add_argument("--split", choices=common.SPLITS, default="test",
                    help="which part of each suite: test (default: the prompts after the first "
                         f"{common.DEV_PROMPTS}, where results are reported), dev (the first "
@@ -204,14 +206,11 @@ def main(argv=None) -> dict:
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--target", default=None)
-    p.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
-                   help="the target's (and drafter's) dtype; auto: bf16 where this CPU multiplies "
-                        "bf16 natively and the model is large enough to gain (target.resolve_dtype)")
+    add_dtype(p)
     p.add_argument("--drafter", default=None)
-    p.add_argument("--threads", type=int, nargs="+", default=[1],
-                   help="torch threads (default 1: timings on a shared machine swing less); "
-                        "several counts only with --step-times or --batch-sizes, e.g. --threads 1 2")
-    p.add_argument("--json", default=None, help="write the figures here (and a .png beside it)")
+    add_threads(p, [1], more=": timings on a shared machine swing less; several counts only "
+                "with --step-times or --batch-sizes, e.g. --threads 1 2")
+    p.add_argument("--out", default=None, help="write the figures here as JSON (and a .png beside it)")
     p.add_argument("--step-times", action="store_true",
                    help="only time prefill / decode / verify / draft steps (context 512), at "
                         "each of --threads, the counts taking turns")
@@ -221,7 +220,7 @@ def main(argv=None) -> dict:
     p.add_argument("--ar-drafter", default=None, help="the AR drafter (default data/ar_drafter)")
     p.add_argument("--draft-cost", action="store_true",
                    help="only time a drafter call against drafted tokens 1..16 (figure 3)")
-    p.add_argument("--batch-sizes", type=int, nargs="+", default=None,
+    p.add_argument("--batch-sizes", type=count, nargs="+", default=None,
                    help="throughput against batch size instead: plain and DFlash (the first of "
                         "--block-sizes) over batches of N prompts, e.g. 1 2 4 8 16 (batch_bench.py)")
     p.add_argument("--full-vocab", action="store_true",
@@ -231,10 +230,8 @@ def main(argv=None) -> dict:
     if len(a.threads) > 1 and not (a.step_times or a.batch_sizes):
         p.error(f"--threads {' '.join(map(str, a.threads))}: several thread counts only with "
                 f"--step-times or --batch-sizes; run a benchmark once per count")
-    if a.batch_sizes and min(a.batch_sizes) < 1:
-        p.error("--batch-sizes: batch sizes are >= 1")
-    if min(a.threads) < 1:
-        p.error("--threads: thread counts are >= 1")
+    if not (a.step_times or a.draft_cost):          # the runs that read the suites' prompts
+        check_suites(p.error, a.suites, a.n, a.split)
     torch.set_num_threads(a.threads[0])
     torch.manual_seed(0)
     target, tokenizer = load_target(a.target, dtype=a.dtype)
@@ -251,7 +248,7 @@ def main(argv=None) -> dict:
                    "threads": step_times_by_threads(target, drafter, a.threads, context=512)}
         for t, ms in results["threads"].items():
             print(f"{t} thread(s): " + ", ".join(f"{k} {v:.2f}" for k, v in ms.items()))
-        write(results, a.json, plot_step_times)
+        write(results, a.out, plot_step_times)
         return results
     if a.batch_sizes:
         from . import batch_bench
@@ -259,7 +256,7 @@ def main(argv=None) -> dict:
             return batch_bench.run(target, tokenizer, drafter, a.suites, a.batch_sizes, a.threads,
                                    a.n, (a.block_sizes or [drafter.block_size])[0],
                                    a.max_new_tokens, command, split=a.split,
-                                   after_suite=lambda r: write(r, a.json, batch_bench.plot))
+                                   after_suite=lambda r: write(r, a.out, batch_bench.plot))
         except ValueError as e:
             p.error(str(e))
     a.block_sizes = a.block_sizes or [drafter.block_size]
@@ -288,7 +285,7 @@ def main(argv=None) -> dict:
     results["tau"] = sum(s["block_sizes"][B]["tau"] for s in results["suites"].values()) / len(a.suites)
     results["speedup"] = sum(s["block_sizes"][B]["speedup"] for s in results["suites"].values()) / len(a.suites)
     results["wall_s"] = round(time.time() - t0, 1)
-    write(results, a.json, plot)
+    write(results, a.out, plot)
     return results
 
 
@@ -374,10 +371,10 @@ def compare(a, target, tokenizer, command: str) -> dict:
                           for spec, x in w["methods"].items()))
             result["wall_s"] = round(time.time() - t0, 1)
             if suite != a.suites[-1]:       # a long run keeps the suites it has finished
-                write({**result, "command": command}, a.json, plot)
+                write({**result, "command": command}, a.out, plot)
     result["command"] = command
     result["threads"] = torch.get_num_threads()
-    write(result, a.json, plot)
+    write(result, a.out, plot)
     return result
 
 

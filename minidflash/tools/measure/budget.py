@@ -39,7 +39,7 @@ from ...target import chat_ids, describe_machine, load_target, stop_ids
 from ...verifier import speculative_generate
 from ...verify_cost import VerifyCost, costs_from_dict, costs_to_dict
 from .. import common
-from ..common import median_ms, take_turns
+from ..common import add_dtype, add_threads, check_suites, count, median_ms, take_turns
 from ..make_data.overlap import split_label
 
 BINS = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
@@ -232,29 +232,28 @@ def main(argv=None) -> dict:
                         "and candidates per slot")
     p.add_argument("--target", default=None)
     p.add_argument("--drafter", default=None)
-    p.add_argument("--threads", type=int, nargs="+", default=[1, 2],
-                   help="curve: thread counts, taking turns; calibration: the first")
+    add_threads(p, [1, 2], more=": curve: the thread counts, taking turns; calibration: the "
+                "first")
     p.add_argument("--context", type=int, default=256, help="curve: cached tokens before the pass")
     p.add_argument("--max-k", type=int, default=16, help="curve: the longest pass, in tokens")
     p.add_argument("--shape", choices=sorted(SHAPES), default=None,
                    help="curve: a published target and drafter shape with random weights "
                         "instead of --target / --drafter")
     p.add_argument("--device", default="cpu", help="curve with --shape: where to build it")
-    p.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
-                   help="curve and calibration: the target's (and drafter's) dtype (auto: "
-                        "target.resolve_dtype; with --shape fp32 unless given)")
+    add_dtype(p, what="curve and calibration: the target's and drafter's dtype (with --shape "
+                      "fp32 unless given)")
     p.add_argument("--suites", nargs="+", default=["arithmetic", "code"])
     p.add_argument("--split", choices=common.SPLITS, default="test")
-    p.add_argument("--n", type=int, default=10, help="calibration: prompts per suite")
+    p.add_argument("--n", type=count, default=10, help="calibration: prompts per suite (default 10)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--block-size", type=int, default=None)
-    p.add_argument("--json", default=None, help="write the figures here (and a .png beside it)")
+    p.add_argument("--out", default=None, help="write the figures here as JSON (and a .png beside it)")
     a = p.parse_args(argv)
-    if min(a.threads) < 1:
-        p.error("--threads: thread counts are >= 1")
+    if a.what == "calibration":
+        check_suites(p.error, a.suites, a.n, a.split)
     if a.what == "cost":
         if not (a.curve and a.drafter):
-            p.error("cost needs --from CURVE.json (from `budget curve --json`) and --drafter DIR")
+            p.error("cost needs --from CURVE.json (from `budget curve --out`) and --drafter DIR")
         curve = json.loads(Path(a.curve).read_text())
         tree = dict(node_budget=a.tree[0], top_k=a.tree[1]) if a.tree else None
         try:
@@ -308,8 +307,8 @@ def main(argv=None) -> dict:
                 f"{lo:.1f}-{hi:.1f}: {o:.2f} ({r})" for lo, hi, o, r in
                 zip(c["bins"], c["bins"][1:], c["observed"], c["reached"]) if o is not None))
         plot = plot_calibration
-    if a.json:
-        path = Path(a.json)
+    if a.out:
+        path = Path(a.out)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(results, indent=1) + "\n")
         plot(results, path.with_suffix(".png"))

@@ -19,7 +19,7 @@ from ...config import PAPER, PROMPTS_DIR, TINY_DRAFTER_DIR
 from ...drafter import DFlashDrafter, load_drafter, make_drafter_config
 from ...target import chat_ids, load_target, stop_ids
 from ...verifier import speculative_generate
-from ..common import read_jsonl
+from ..common import add_dtype, add_threads, check_suites, count, read_jsonl
 from .methods import divergence, load_targets
 from .render import legend, render
 
@@ -76,7 +76,8 @@ def demo(args) -> None:
     torch.manual_seed(0)
     target, tokenizer = load_target(args.target, dtype=args.dtype)
     drafter = get_drafter(args.drafter, target, tokenizer)
-    rows = read_jsonl(PROMPTS_DIR / f"{args.suite}.jsonl")[: args.n]
+    rows = [row for suite in args.suites
+            for row in read_jsonl(PROMPTS_DIR / f"{suite}.jsonl")[: args.n]]
     stops = stop_ids(tokenizer)
     mode = "ansi" if sys.stdout.isatty() and not args.no_color else "plain"
     B = args.block_size or drafter.block_size
@@ -107,7 +108,7 @@ def demo(args) -> None:
         if not same:
             fp32 = fp32 or load_targets(target, [])["float32"]      # one copy, when first needed
             check_parting(target, ids, plain.new_ids.tolist(), spec.new_ids.tolist(), fp32)
-    print(f"{len(rows)} prompts from {args.suite}: mean tau {sum(taus) / len(taus):.2f}, "
+    print(f"{len(rows)} prompts from {', '.join(args.suites)}: mean tau {sum(taus) / len(taus):.2f}, "
           f"speedup {base_t / spec_t:.2f}x (mean plain TPOT / mean DFlash TPOT, "
           f"{torch.get_num_threads()} torch thread(s))")
 
@@ -115,15 +116,16 @@ def demo(args) -> None:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m minidflash demo", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--suite", default="arithmetic", help="a file in data/prompts (without .jsonl)")
-    p.add_argument("--n", type=int, default=3, help="number of prompts")
+    p.add_argument("--suites", nargs="+", default=["arithmetic"],
+                   help="files in data/prompts, without .jsonl (default arithmetic)")
+    p.add_argument("--n", type=count, default=3, help="the first n prompts of each suite (default 3)")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--block-size", type=int, default=None, help="default: the drafter's")
     p.add_argument("--target", default=None, help="hub id or directory (default: the tiny target)")
     p.add_argument("--drafter", default=None, help="hub id or directory (default: the tiny drafter)")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch threads (default 1: steadier timings on a shared machine)")
-    p.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
-                   help="the target's and drafter's dtype (auto: target.resolve_dtype)")
+    add_threads(p, more=": steadier timings on a shared machine")
+    add_dtype(p)
     p.add_argument("--no-color", action="store_true")
-    demo(p.parse_args(argv))
+    a = p.parse_args(argv)
+    check_suites(p.error, a.suites)
+    demo(a)

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import common
-from ..common import write
+from ..common import add_threads, check_suites, count, write
 from ..engines.llama_cpp import TARGET_TYPES, gguf_files, shown
 from ..engines.llama_cpp_binaries import (BENCH, PLAIN, PRE_TOKENIZER_REGEX, SPECULATIVE,
                                           bench_command, decode, find_binary, find_converter,
@@ -110,13 +110,16 @@ def arguments(argv=None) -> argparse.Namespace:
     p.add_argument("--pre-tokenizer", default=None, choices=sorted(PRE_TOKENIZER_REGEX),
                    help="name the target tokenizer's pre-tokenizer for the converter when it has "
                         "no hash for it (the tiny target: qwen2); its regex is checked first")
-    p.add_argument("--out-dir", default=None,
-                   help="where the drafter's GGUF goes (default: the user cache)")
-    p.add_argument("--suites", nargs="+", default=["gsm8k", "math500", "humaneval", "mtbench"])
+    p.add_argument("--gguf-dir", default=None,
+                   help="where the GGUFs made here go: the drafter's, and the target's when it "
+                        "is converted (default: the user cache)")
+    p.add_argument("--suites", nargs="+", default=["gsm8k", "math500", "humaneval", "mtbench"],
+                   help="files in data/prompts, without .jsonl (default gsm8k math500 humaneval "
+                        "mtbench)")
     p.add_argument("--split", choices=common.SPLITS, default="test",
                    help="which part of each suite: test (where results are reported, the "
                         "default), dev (the first 10 prompts, where choices are made) or all")
-    p.add_argument("--n", type=int, default=8, help="prompts per suite")
+    p.add_argument("--n", type=count, default=8, help="prompts per suite (default 8)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--n-max", type=int, nargs="+", default=[3, 7, 15],
                    help="--spec-draft-n-max values (drafted tokens; minidflash block size n+1)")
@@ -127,7 +130,7 @@ def arguments(argv=None) -> argparse.Namespace:
                         "a draft_vocab.json (as llama.cpp's converter alone writes it)")
     p.add_argument("--drafter-type", choices=["f32", "q8_0"], default="f32",
                    help="the drafter's weights in GGUF (the converter's --outtype)")
-    p.add_argument("--threads", type=int, default=1, help="llama.cpp threads for the decodes")
+    add_threads(p, what="llama.cpp threads for the decodes")
     p.add_argument("--no-repack", action="store_true",
                    help="pass llama.cpp's -nr (no weight repacking; avoids AMX kernels)")
     p.add_argument("--minidflash", action="store_true",
@@ -136,13 +139,13 @@ def arguments(argv=None) -> argparse.Namespace:
                    help="also run llama-bench (pp 4/8/16, tg) at these thread counts")
     p.add_argument("--torch-step-times", type=int, nargs="*", default=[],
                    help="also time the torch fp32 passes (bench.step_times) at these thread counts")
-    p.add_argument("--json", default=None, help="write the figures here (and a .png beside it)")
+    p.add_argument("--out", default=None, help="write the figures here as JSON (and a .png beside it)")
     a = p.parse_args(argv)
     if a.max_new_tokens < 2 or min(a.n_max) < 1:
-        raise ValueError("--max-new-tokens must be >= 2 and every --n-max >= 1")
+        p.error("--max-new-tokens must be >= 2 and every --n-max >= 1")
     if not all(0 <= q < 1 for q in a.p_min):
-        raise ValueError(f"every --p-min must be in [0, 1), got {a.p_min}: 0 verifies every "
-                         "drafted token")
+        p.error(f"every --p-min must be in [0, 1), got {a.p_min}: 0 verifies every drafted token")
+    check_suites(p.error, a.suites, a.n, a.split)
     return a
 
 
@@ -304,7 +307,7 @@ def summarise(rows: list[dict], names: list[str], minidflash: bool) -> dict:
 
 def main(argv=None) -> dict:
     """The steps of the module docstring over every prompt of the suites; the figures, also as
-    JSON (and a plot) where --json says."""
+    JSON (and a plot) where --out says."""
     a = arguments(argv)
     tools = {b: find_binary(b) for b in (PLAIN, SPECULATIVE, *([BENCH] if a.bench_threads else []))}
     converter = find_converter()
@@ -317,7 +320,7 @@ def main(argv=None) -> dict:
     torch.set_num_threads(1)
     target, tokenizer = load_target(a.target, dtype=torch.float32)
     target_gguf, drafter_gguf, conversion, target_conversion = gguf_files(
-        a.drafter, a.target, target, converter, out_dir=a.out_dir, target_gguf=a.target_gguf,
+        a.drafter, a.target, target, converter, out_dir=a.gguf_dir, target_gguf=a.target_gguf,
         target_type=a.target_type, pre_tokenizer=a.pre_tokenizer, drafter_type=a.drafter_type,
         full_vocab=a.full_vocab)                      # step 1 (engines/llama_cpp.py)
     drafter = load_drafter(a.drafter, target=target) if a.minidflash else None
@@ -344,13 +347,13 @@ def main(argv=None) -> dict:
             result["suites"][suite] = {
                 "prompts_used": split_label(suite, a.split, len(prompts)), "prompts": rows,
                 "summary": summarise(rows, result["settings"], drafter is not None)}
-            if a.json:                                 # so far, in case the run is cut short
-                Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-                Path(a.json).write_text(json.dumps(result, indent=1) + "\n")
+            if a.out:                                  # so far, in case the run is cut short
+                Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+                Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
     result["decode_wall_s"] = round(time.time() - t0, 1)
     step_timings(result, s)
     print(report(result))
-    write(result, a.json, plot)
+    write(result, a.out, plot)
     return result
 
 

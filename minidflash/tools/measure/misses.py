@@ -31,7 +31,7 @@ from ...config import PROMPTS_DIR
 from ...drafter import load_drafter
 from ...target import chat_ids, load_target, stop_ids
 from ...verifier import speculative_generate
-from ..common import read_jsonl
+from ..common import add_dtype, add_threads, check_suites, count, read_jsonl
 
 KINDS = ("word in question", "other word", "digits", "symbols", "spaces and newlines")
 
@@ -96,17 +96,16 @@ def main(argv=None) -> dict:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", default=None, help="a hub id or folder (default: the tiny target)")
     p.add_argument("--drafter", default=None, help="a DFlash drafter folder (default: the tiny one)")
-    p.add_argument("--suites", nargs="+", default=["gsm8k"])
-    p.add_argument("--n", type=int, default=10, help="the first N prompts of each suite")
+    p.add_argument("--suites", nargs="+", default=["gsm8k"],
+                   help="files in data/prompts, without .jsonl (default gsm8k)")
+    p.add_argument("--n", type=count, default=10, help="the first n prompts of each suite (default 10)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--block-size", type=int, default=None, help="(default: the drafter's own)")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
-                   help="the target's and drafter's dtype (auto: target.resolve_dtype)")
-    p.add_argument("--json", default=None, help="write the result here too")
+    add_threads(p)
+    add_dtype(p)
+    p.add_argument("--out", default=None, help="write the result here too, as JSON")
     a = p.parse_args(argv)
-    if a.n < 1:
-        raise SystemExit(f"--n {a.n}: decode at least one prompt of each suite")
+    check_suites(p.error, a.suites)
     torch.set_num_threads(a.threads)
     target, tokenizer = load_target(a.target, dtype=a.dtype)
     drafter = load_drafter(a.drafter, target=target)
@@ -114,14 +113,11 @@ def main(argv=None) -> dict:
               "max_new_tokens": a.max_new_tokens, "block_size": a.block_size,
               "threads": a.threads, "suites": {}}
     for suite in a.suites:
-        path = PROMPTS_DIR / f"{suite}.jsonl"
-        if not path.is_file():
-            raise SystemExit(f"no suite {suite!r}: {path} is missing (see data/prompts/README.md)")
-        rows = read_jsonl(path)[:a.n]
+        rows = read_jsonl(PROMPTS_DIR / f"{suite}.jsonl")[:a.n]
         result["suites"][suite] = misses(target, tokenizer, drafter, rows, a.max_new_tokens,
                                          a.block_size)
         print(report(suite, result["suites"][suite]), flush=True)
-    if a.json:
-        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.json).write_text(json.dumps(result, indent=1))
+    if a.out:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(json.dumps(result, indent=1))
     return result

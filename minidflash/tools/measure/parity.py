@@ -13,7 +13,7 @@ text, and (c) also decodes prefixes of that text: acceptance lengths from 1 to B
 (c) greedy decoding, reference ``dflash_generate`` against ``speculative_generate``, several
     prompts and block sizes: output ids, acceptance lengths, and every draft step's hidden states.
 Each side extracts its own target features. Pass: max abs diff <= 1e-5, ids and lengths equal.
-The figures go to ``data/results/parity.json`` (``--json``), with the reference's commit.
+The figures go to ``data/results/parity.json`` (``--out``), with the reference's commit.
 
 Adapted in the reference, the math untouched: its ``cache.crop(length)`` (keep ``length``
 positions) raises on transformers 5, which takes minus the number to drop, so its
@@ -188,7 +188,7 @@ def main(argv=None) -> int:
     parser.add_argument("--reference-commit", default=None,
                         help="the reference's commit, recorded in the JSON (default: read from "
                              "its git checkout; give it for an exported copy)")
-    parser.add_argument("--json", type=Path, default=RESULTS_DIR / "parity.json",
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "parity.json",
                         help="where the figures are written (default data/results/parity.json)")
     args = parser.parse_args(argv)
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -238,9 +238,9 @@ def main(argv=None) -> int:
         "one_block_no_cache": {"hidden": dh_a, "logits": dl_a},
         "through_cache": {"hidden": dh_b, "logits": dl_b},
         "decodes": decodes}
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"written: {args.json}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"written: {args.out}")
     return 0 if ok else 1
 
 

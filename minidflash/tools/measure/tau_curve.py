@@ -12,7 +12,7 @@ earlier snapshots need not be kept.
 
     while sleep 60; do cp -n OUT.ckpt/state.pt snaps/state-$(stat -c %Y OUT.ckpt/state.pt).pt; done &
     python -m minidflash tau-curve --target HuggingFaceTB/SmolLM2-135M-Instruct \\
-        --drafter data/smollm2_drafter snaps/state-*.pt --json data/results/tau_curve_smollm2.json
+        --drafter data/smollm2_drafter snaps/state-*.pt --out data/results/tau_curve_smollm2.json
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from ...settings import DecodingConfig
 from ...target import chat_ids, load_target, stop_ids
 from ...trainer import smooth
 from ...verifier import speculative_generate
-from ..common import read_jsonl, write
+from ..common import add_threads, check_suites, count, read_jsonl, write
 
 
 def snapshot_taus(target, tokenizer, drafter, rows_by_suite: dict, max_new_tokens: int) -> dict:
@@ -69,15 +69,15 @@ def plot(result: dict, path: Path) -> None:
 
 
 def extendable(a) -> dict:
-    """The curve in a.json, if it was measured the way this call measures (else a clear exit)."""
-    if not a.json or not Path(a.json).is_file():
-        raise SystemExit(f"--extend adds to the curve in --json, and {a.json!r} is not a file: "
+    """The curve in a.out, if it was measured the way this call measures (else a clear exit)."""
+    if not a.out or not Path(a.out).is_file():
+        raise SystemExit(f"--extend adds to the curve in --out, and {a.out!r} is not a file: "
                          f"name the curve to extend, or leave out --extend to start one.")
-    old = json.loads(Path(a.json).read_text())
+    old = json.loads(Path(a.out).read_text())
     mine = {"suites": a.suites, "n": a.n, "max_new_tokens": a.max_new_tokens, "threads": a.threads}
     differ = [f"{k} {old.get(k)} there, {v} here" for k, v in mine.items() if old.get(k) != v]
     if differ:
-        raise SystemExit(f"{a.json} was measured otherwise ({'; '.join(differ)}): extend it with "
+        raise SystemExit(f"{a.out} was measured otherwise ({'; '.join(differ)}): extend it with "
                          f"the same --suites, --n, --max-new-tokens and --threads.")
     return old
 
@@ -89,14 +89,17 @@ def main(argv=None) -> dict:
     p.add_argument("snapshots", nargs="+", help="copies of <out>.ckpt/state.pt")
     p.add_argument("--drafter", required=True, help="the trained drafter's directory (its config)")
     p.add_argument("--target", default=None, help="hub id or directory (default: the tiny target)")
-    p.add_argument("--suites", nargs="+", default=["gsm8k", "math500", "humaneval", "mtbench"])
-    p.add_argument("--n", type=int, default=2, help="prompts per suite")
+    p.add_argument("--suites", nargs="+", default=["gsm8k", "math500", "humaneval", "mtbench"],
+                   help="files in data/prompts, without .jsonl (default gsm8k math500 humaneval "
+                        "mtbench)")
+    p.add_argument("--n", type=count, default=2, help="the first n prompts of each suite (default 2)")
     p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--json", default=None, help="write the curve here (and a .png beside it)")
+    add_threads(p)
+    p.add_argument("--out", default=None, help="write the curve here as JSON (and a .png beside it)")
     p.add_argument("--extend", action="store_true",
-                   help="add these snapshots' points to the curve already in --json")
+                   help="add these snapshots' points to the curve already in --out")
     a = p.parse_args(argv)
+    check_suites(p.error, a.suites)
     old = extendable(a) if a.extend else None
     torch.set_num_threads(a.threads)
     target, tokenizer = load_target(a.target, dtype=torch.float32)   # as its results were made
@@ -129,7 +132,7 @@ def main(argv=None) -> dict:
     if old is not None:   # the earlier points first, then these; the commands that made each
         clash = {p["answers_seen"] for p in old["points"]} & {p["answers_seen"] for p in points}
         if clash:
-            raise SystemExit(f"{a.json} already has points at answers seen {sorted(clash)}: pass "
+            raise SystemExit(f"{a.out} already has points at answers seen {sorted(clash)}: pass "
                              f"only the snapshots of the later run.")
         anchors = {k: old["training_anchors"][k] + result["training_anchors"][k]
                    for k in ("step", "answers_seen", "tau")}
@@ -137,7 +140,7 @@ def main(argv=None) -> dict:
                   "extended_by": old.get("extended_by", []) + [result["command"]],
                   "points": sorted(old["points"] + points, key=lambda p: p["answers_seen"]),
                   "training_anchors": anchors}
-    write(result, a.json, plot)
+    write(result, a.out, plot)
     return result
 
 

@@ -31,7 +31,7 @@ import argparse
 import json
 import random
 import sys
-from dataclasses import fields
+from dataclasses import fields, replace
 from itertools import groupby
 from pathlib import Path
 
@@ -43,6 +43,7 @@ from ...drafter import default_target_layer_ids
 from ...target import load_target, warn_emulated_bf16
 from ...train_data import cached_regeneration, feature_pass, in_dtype
 from ...trainer import TrainConfig, distributed, train
+from ..common import DTYPES, AUTO, add_dtype, add_threads, resolved_dtype
 from ..make_data import answers, chat_prompts, corpus
 
 TINY_N_CODE = 1000           # --n-code for the tiny target (the shipped drafter's)
@@ -159,8 +160,9 @@ def config_parser(prog: str, description: str) -> argparse.ArgumentParser:
             p.add_argument(flag, choices=["dflash", "ar"], default=default,
                            help="dflash: the block drafter; ar: the EAGLE-3-style rival")
         elif f.name == "compute_dtype":
-            p.add_argument(flag, choices=["float32", "bfloat16"], default=default,
-                           help="bfloat16: the drafter's matmuls under autocast (weights stay fp32)")
+            p.add_argument(flag, choices=DTYPES, default=default,
+                           help=f"the drafter's matmuls: bfloat16 under autocast, the weights "
+                                f"staying fp32 (default {default}; {AUTO}, judged on the target)")
         elif f.name == "init_drafter":
             p.add_argument(flag, default=None,
                            help="start from this saved drafter's weights (fresh optimizer)")
@@ -200,13 +202,13 @@ def config_parser(prog: str, description: str) -> argparse.ArgumentParser:
                         "--use-shards applies to their shards in order; a folder named twice is "
                         "read twice (its answers weigh double in the mix); DIR:A-B reads its "
                         "shards A to B only (a replay of old answers beside new ones)")
-    p.add_argument("--feature-dtype", choices=["float32", "bfloat16"], default="float32",
-                   help="with --answers and offline features: the dtype of the target's "
-                        "teacher-forced feature pass (bfloat16: faster on a CPU, ~1%% off)")
+    add_dtype(p, "--feature-dtype", default="float32",
+              what="with --answers and offline features: the dtype of the target's teacher-"
+                   "forced feature pass (bfloat16: faster on a CPU with bf16 units, ~1%% off)")
     p.add_argument("--regenerate-only", action="store_true",
                    help="make (or find) the regenerated data in cache/ and stop")
     p.add_argument("--max-new-tokens", type=int, default=256, help="answer length when regenerating")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    add_threads(p)
     return p
 
 
@@ -223,9 +225,7 @@ def main(argv=None) -> dict:
     feature_dtype = args.pop("feature_dtype")
     use_shards = args.pop("use_shards")
     data_args = {k: args.pop(k) for k in ("n_arithmetic", "n_code", "max_new_tokens")}
-    threads = args.pop("threads")
-    if threads:
-        torch.set_num_threads(threads)
+    torch.set_num_threads(args.pop("threads"))
     if target_name is None:                 # the tiny target: as it always was
         if any(v != p.get_default(k) for k, v in chat.items()):
             p.error("--n-math, --n-prose, --prose-source and --regen-* need --target")
@@ -287,6 +287,11 @@ def main(argv=None) -> dict:
                                   progress=progress, mine=mine, topk=topk, **data_args)
 
     rank, world = distributed(target)       # (0, 1) unless run by torchrun
+    if cfg.compute_dtype == "auto" or feature_dtype == "auto":   # on the target's device
+        cfg = replace(cfg, compute_dtype=resolved_dtype(cfg.compute_dtype, target))
+        feature_dtype = resolved_dtype(feature_dtype, target)
+        if "feature_dtype" in data_args:
+            data_args["feature_dtype"] = feature_dtype
     if target_name is not None and world > 1:   # every rank regenerates its shards, then all
         distinct = list(dict.fromkeys(shards))   # a folder named twice: its features made once
         data_for(progress=rank == 0, mine=distinct[rank::world])
