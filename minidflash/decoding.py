@@ -1,7 +1,14 @@
-"""What every decoding loop here shares: the result it returns, the target's greedy choice, the
-target's KV cache passed under the name this transformers version uses and cropped the same way on
-every version, and a clock that waits for the device (verifier.py, tree.py and the tools read
-these).
+"""What every decoding loop here shares: the call's settings merged and checked once
+(``prepare``), the target's choice (``choose``: greedy with bf16 near-ties decided in fp32, or
+an exact sample), the target's pass, the KV cache passed under the name this transformers
+version uses and cropped the same way on every version, a clock that waits for the device, and
+the result (verifier.py, tree.py and the tools read these).
+
+The front door, ``verifier.speculative_generate(target, drafter, input_ids, config, **fields)``,
+runs ``prepare`` and hands the chain or tree loop one resolved ``DecodingConfig``: the block
+size and tree taken from the drafter where the config leaves them, the cost curve picked for the
+target's dtype, every field checked against this target, drafter and prompt. The loops read
+that config and nothing else.
 
 The greedy choice in bf16. A bf16 lm_head rounds each logit to 8 significant bits: near a logit
 of 20 the step is 0.125, so the two likeliest tokens often print the same number, and argmax
@@ -11,8 +18,7 @@ final hidden state (the lm_head rows upcast, a dot product each): exact ties bec
 fp32. What stays is the hidden state's own rounding, which differs between a pass over 16 new
 tokens and a pass over one (different kernel blockings: no batch invariance), so a verify pass
 and a plain decode step may still decide a near-tie differently; each decides it as the target,
-in its own pass. ``fp32_ties=False`` (speculative_generate, tree_generate) reads the bf16
-argmax as it is.
+in its own pass. ``fp32_ties=False`` reads the bf16 argmax as it is.
 """
 
 from __future__ import annotations
@@ -20,10 +26,15 @@ from __future__ import annotations
 import functools
 import inspect
 import time
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import dataclass, field, fields, replace
 
 import torch
 from transformers import DynamicCache
+
+from .drafter import DFlashDrafter, check_fits
+from .settings import DecodingConfig
+from .verify_cost import VerifyCost, for_threads
 
 
 @dataclass
@@ -39,6 +50,7 @@ class GenerationResult:
     block_size: int = 1
     steps: list[dict] = field(default_factory=list)  # per step: drafted and target ids
     verified: list[int] = field(default_factory=list)  # per step: drafted tokens verified (m)
+    config: DecodingConfig | None = None  # the settings this decode ran, resolved
 
     @property
     def new_ids(self) -> torch.Tensor:
@@ -59,22 +71,112 @@ class GenerationResult:
         return self.decode_time / max(1, self.num_new_tokens)
 
 
+# -- the settings of a call, merged and checked once --------------------------------------------
+def prepare(target, drafter, input_ids, config=None, given=None, batch: bool = False,
+            stacklevel: int = 4) -> DecodingConfig:
+    """The one resolved config a call runs: ``config`` (None: the drafter's decoding.json) with
+    the call's keywords over it, once (a warning where a keyword contradicts a value, other than
+    the default, of a config the call also gave), block size and tree resolved, the cost curve
+    picked (a VerifyCost, or False), and everything checked against target, drafter and prompt."""
+    if config is not None and not isinstance(config, DecodingConfig):
+        raise TypeError(f"config must be a DecodingConfig or None, got {config!r}: the length is "
+                        f"a keyword (speculative_generate(target, drafter, ids, "
+                        f"max_new_tokens=64)) or a field (DecodingConfig(max_new_tokens=64)).")
+    given = {k: v for k, v in (given or {}).items() if v is not None}
+    names = {f.name for f in fields(DecodingConfig)}
+    if set(given) - names:
+        raise TypeError(f"unknown decoding settings {sorted(set(given) - names)}: the fields of "
+                        f"DecodingConfig are {sorted(names)}.")
+    if config is not None:                    # a keyword against a value the config chose
+        default = DecodingConfig()
+        clash = {k: v for k, v in given.items()
+                 if v != getattr(config, k) and getattr(config, k) != getattr(default, k)}
+        if clash:
+            warnings.warn(f"keywords {clash} override the config's "
+                          f"{ {k: getattr(config, k) for k in clash} }", stacklevel=stacklevel)
+    base = config if config is not None else DecodingConfig.of(drafter)
+    if batch and (given.get("tree") or (config is not None and config.tree)):
+        raise ValueError("a tree decodes one sequence at a time: pass tree=False for a batch, "
+                         "whose rows verify chains (a drafter's default tree gives way by itself).")
+    cfg = base.override(**given).resolve(drafter, batch)
+    cfg = replace(cfg, cost=cost_of(target, drafter, cfg))
+    check_call(target, drafter, input_ids, cfg, batch)
+    return cfg
+
+
+def cost_of(target, drafter, cfg: DecodingConfig) -> VerifyCost | bool:
+    """The cost model of a call: the drafter's curve for the target's dtype and torch's thread
+    count (cost=True), the one given, or False; ``trust`` set on it when the config names one."""
+    if cfg.block_size == 1 or not cfg.cost:
+        return False
+    cost = cfg.cost
+    if not isinstance(cost, VerifyCost):
+        if not getattr(drafter, "costs", None):
+            raise ValueError("cost=True prices verify lengths on the drafter's measured curve, "
+                             "and its decoding.json carries none: `python -m minidflash budget "
+                             "curve`, then `budget cost`, or pass a VerifyCost.")
+        cost = for_threads(drafter.costs, dtype=target.dtype)
+    return cost if cfg.trust is None else replace(cost, trust_weight=cfg.trust)
+
+
+def check_call(target, drafter, input_ids, cfg: DecodingConfig, batch: bool = False) -> None:
+    """What the config cannot check alone: the prompt, and the block, tree and length against
+    this drafter and target."""
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.dtype != torch.long:
+        raise ValueError("input_ids must be a (1, S) LongTensor of token ids, e.g. "
+                         "tokenizer(text, return_tensors='pt')['input_ids'].")
+    if input_ids.shape[0] != 1 and not batch:
+        raise ValueError(f"speculative_generate decodes one sequence, got a batch of "
+                         f"{input_ids.shape[0]}: call speculative_generate_batch with the "
+                         f"tokenizer's attention_mask (left padding) for one result per row.")
+    if input_ids.shape[1] == 0:
+        raise ValueError("The prompt is empty: give at least one token (e.g. the chat template's "
+                         "generation prompt).")
+    vocab = target.get_input_embeddings().weight.shape[0]
+    if int(input_ids.min()) < 0 or int(input_ids.max()) >= vocab:
+        raise ValueError(f"input_ids hold ids outside the target's vocabulary 0..{vocab - 1}: "
+                         f"was the prompt tokenized with this target's tokenizer?")
+    B, need = cfg.block_size, input_ids.shape[1] + cfg.max_new_tokens + cfg.block_size
+    limit = getattr(target.config, "max_position_embeddings", None)
+    if limit and need > limit:
+        raise ValueError(f"prompt ({input_ids.shape[1]}) + max_new_tokens ({cfg.max_new_tokens}) "
+                         f"+ block_size ({B}) exceeds the target's {limit} positions; shorten the "
+                         f"prompt or max_new_tokens.")
+    if B == 1:
+        return
+    if drafter is None:
+        raise ValueError("block_size > 1 needs a drafter; pass one or use block_size=1.")
+    if cfg.tree and not isinstance(drafter, DFlashDrafter):
+        raise ValueError(f"a tree needs the DFlash drafter's per-slot distributions, got "
+                         f"{type(drafter).__name__}: pass tree=False.")
+    check_fits(drafter, target)
+    if B > drafter.block_size:
+        raise ValueError(f"block_size {B} exceeds the drafter's trained block size "
+                         f"{drafter.block_size}; use a block size in 2..{drafter.block_size}.")
+    if need > drafter.config.max_position_embeddings:
+        raise ValueError(f"prompt + max_new_tokens + block_size exceeds the drafter's "
+                         f"{drafter.config.max_position_embeddings} positions; shorten the "
+                         f"prompt or max_new_tokens.")
+
+
+# -- the target's choice ------------------------------------------------------------------------
 def greedy_choice(logits: torch.Tensor, hidden: torch.Tensor | None = None,
                   head: torch.nn.Linear | None = None) -> torch.Tensor:
     """The target's greedy token at every position: logits (N, T, V) -> (N, T).
 
-    With the final hidden states (N, T, H) (after the last norm: ``hidden_states[-1]``) and the
-    lm_head, a bf16 or fp16 row's near-ties are decided in fp32: every token whose logit is
-    within two rounding steps of the largest gets its logit recomputed in fp32, and the largest
-    of those wins (the lowest id on an exact tie, as argmax). fp32 logits, or no hidden states:
+    With the final hidden states (N, T, H) (after the last norm) and a bf16 or fp16 lm_head, a
+    row's near-ties are decided in fp32: every token whose logit is within two of the head's
+    rounding steps of the largest gets its logit recomputed in fp32, and the largest of those
+    wins (the lowest id on an exact tie, as argmax). The head's dtype decides, not the logits'
+    (logits upcast to fp32 still carry the head's rounding). An fp32 head, or no hidden states:
     the argmax as it is.
     """
     best = logits.argmax(-1)                                                  # (N, T)
-    if hidden is None or head is None or logits.dtype == torch.float32:
+    if hidden is None or head is None or head.weight.dtype == torch.float32:
         return best
     z = logits.float()
     top = z.gather(-1, best[..., None])                                       # (N, T, 1)
-    step = torch.finfo(logits.dtype).eps * torch.exp2(torch.floor(torch.log2(
+    step = torch.finfo(head.weight.dtype).eps * torch.exp2(torch.floor(torch.log2(
         top.abs().clamp_min(torch.finfo(torch.float32).tiny))))              # one rounding step
     near = z >= top - 2 * step                                                # (N, T, V)
     if not (near.sum(-1) > 1).any():
@@ -90,11 +192,52 @@ def greedy_choice(logits: torch.Tensor, hidden: torch.Tensor | None = None,
     return flat.scatter_reduce(0, key[win], v[win], "amin").view_as(best)
 
 
-def tie_head(target, temperature: float, fp32_ties: bool):
+def tie_head(target, cfg: DecodingConfig):
     """The lm_head whose near-ties ``greedy_choice`` decides in fp32: only when greedy, asked
-    for, and the head is not fp32 already (else None: nothing to decide)."""
+    for, and the head is not fp32 (else None: nothing to decide)."""
     head = target.get_output_embeddings()
-    return head if fp32_ties and temperature == 0 and head.weight.dtype != torch.float32 else None
+    wanted = cfg.fp32_ties and cfg.temperature == 0 and head.weight.dtype != torch.float32
+    return head if wanted else None
+
+
+def choose(logits: torch.Tensor, temperature: float, generator=None, hidden=None,
+           head=None) -> torch.Tensor:
+    """The target's token at every position: logits (N, T, V) -> (N, T). The one sampling
+    routine of the chain, the batch and the tree.
+
+    Greedy: ``greedy_choice`` (a bf16 near-tie decided in fp32 when hidden (N, T, H) and the
+    head are given). At T > 0 an exact sample of softmax(logits / T) by inverse CDF: one uniform
+    u per position, the first token whose cumulative probability exceeds u. One cumsum over
+    (N, T, V) instead of ``torch.multinomial``, which cost as much as a whole draft.
+    """
+    if temperature == 0:
+        return greedy_choice(logits, hidden, head)
+    cdf = torch.softmax(logits.float() / temperature, dim=-1).cumsum(-1)      # (N, T, V)
+    u = torch.rand(cdf.shape[:-1] + (1,), generator=generator, device=cdf.device)
+    token = torch.searchsorted(cdf, u * cdf[..., -1:], right=True)            # (N, T, 1)
+    return token[..., 0].clamp(max=cdf.shape[-1] - 1)
+
+
+# -- the target's pass, its cache, the clock -----------------------------------------------------
+def target_pass(target, input_ids, cache, layers: bool, final: bool, logits_to_keep: int = 0,
+                **kwargs):
+    """One target pass over input_ids (N, T) with the KV cache: (logits, hidden_states, final).
+
+    layers: every layer's hidden states (the drafter's features), else None. final: the last
+    norm's output at the kept positions (N, T', H), for ``greedy_choice``, else None. Plain
+    decoding asks for the final state only: the base model runs and the lm_head is applied
+    here, as the causal-LM class applies it, without keeping every layer's states.
+    """
+    if layers or not final:
+        out = target(input_ids=input_ids, **cache_kwargs(target, cache), **kwargs,
+                     output_hidden_states=layers, logits_to_keep=logits_to_keep)
+        states = out.hidden_states if layers else None
+        last = states[-1][:, -out.logits.shape[1]:] if final else None
+        return out.logits, states, last
+    body = target.base_model
+    h = body(input_ids=input_ids, **cache_kwargs(body, cache), **kwargs).last_hidden_state
+    h = h[:, -logits_to_keep:] if logits_to_keep else h                      # (N, T', H)
+    return target.get_output_embeddings()(h), None, h
 
 
 def crop_cache(cache: DynamicCache, length: int) -> None:
@@ -119,10 +262,31 @@ def clock(device=None) -> float:
     """Seconds (``time.perf_counter``), read after the device's queued work has finished.
 
     CUDA runs kernels asynchronously: without the synchronise a timestamp measures launches,
-    and a pass's GPU time lands in whatever is timed next. Every timestamp of
-    ``speculative_generate`` (and of the bench) is read here. device: a torch device or name;
-    None or a CPU reads the clock at once.
+    and a pass's GPU time lands in whatever is timed next. Every timestamp of a decode (and of
+    the bench) is read here. device: a torch device or name; None or a CPU reads the clock at
+    once.
     """
     if device is not None and torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
     return time.perf_counter()
+
+
+# -- the end of a decode ----------------------------------------------------------------------
+def cut(new: list[int], cfg: DecodingConfig) -> list[int]:
+    """The new tokens cut at max_new_tokens and after the first stop token (kept)."""
+    new = new[:cfg.max_new_tokens]
+    hits = [i for i, t in enumerate(new) if t in cfg.stop_token_ids]
+    return new[:hits[0] + 1] if hits else new
+
+
+def result(prompt: torch.Tensor, new: list[int], cfg: DecodingConfig, lengths, drafted,
+           times: dict, **extra) -> GenerationResult:
+    """A GenerationResult of prompt (1, S) and the new tokens, cut (``cut``). times: prefill,
+    draft, verify, decode seconds."""
+    new = cut(new, cfg)
+    output_ids = torch.cat([prompt, torch.tensor([new], dtype=torch.long, device=prompt.device)], 1)
+    return GenerationResult(output_ids=output_ids, prompt_length=prompt.shape[1],
+                            acceptance_lengths=lengths, drafted=drafted[:len(new)],
+                            prefill_time=times["prefill"], draft_time=times["draft"],
+                            verify_time=times["verify"], decode_time=times["decode"],
+                            block_size=cfg.block_size, config=cfg, **extra)

@@ -48,6 +48,7 @@ from __future__ import annotations
 import json
 import os
 import weakref
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -60,11 +61,12 @@ from transformers.models.qwen3.modeling_qwen3 import (Qwen3MLP, Qwen3RMSNorm,
 from .attention import attend, check_backend, default_backend
 from .config import PAPER, TINY_DRAFTER_DIR
 from .hub import snapshot
-from .settings import check_tree
-from .verify_cost import VerifyCost, costs_from_dict, costs_to_dict
+from .settings import DecodingConfig
+from .target import check_folder
+from .verify_cost import VerifyCost
 
 DRAFT_VOCAB_FILE = "draft_vocab.json"     # optional, beside the published config + weights
-DECODING_FILE = "decoding.json"   # optional: {"p_min", "cost", "tree"}: how a step spends a verify
+DECODING_FILE = "decoding.json"   # optional: the drafter's DecodingConfig (a cut, cost curves, a tree)
 
 
 def default_target_layer_ids(num_target_layers: int, num_features: int) -> list[int]:
@@ -214,12 +216,11 @@ class DFlashDrafter(nn.Module):
         # (the published tensors stay exactly as they are): see set_draft_vocab
         self.register_buffer("draft_vocab", None, persistent=False)
         self._head_rows = None  # (weakref to lm_head weight, its version, vocab, rows): the slice
-        # the confidence cut speculative_generate applies by default (decoding.json; 0: none)
-        self.p_min = 0.0
-        # verify lengths by measured cost (verify_cost.py): curves by (dtype, thread count)
+        # how a plain speculative_generate call decodes with it (decoding.json: a cut, a cost
+        # model, a tree; settings.DecodingConfig), and the measured verify curves by (dtype,
+        # thread count) that its cost model prices on (verify_cost.py)
+        self.decoding = DecodingConfig()
         self.costs: dict[tuple[str | None, int], VerifyCost] | None = None
-        # verify a tree of drafts by default (tree.py): {"node_budget": n, "top_k": k}, or None
-        self.tree: dict | None = None
         self.apply(self._init_weights)
 
     def set_draft_vocab(self, token_ids) -> None:
@@ -381,11 +382,7 @@ class DFlashDrafter(nn.Module):
         if self.draft_vocab is not None:
             (tmp / DRAFT_VOCAB_FILE).write_text(json.dumps(
                 {"token_ids": self.draft_vocab.tolist()}, separators=(",", ":")) + "\n")
-        decoding = {"p_min": self.p_min} if self.p_min else {}
-        if self.costs:
-            decoding["cost"] = costs_to_dict(self.costs)
-        if self.tree:
-            decoding["tree"] = check_tree(self.tree)
+        decoding = replace(self.decoding, cost=bool(self.costs)).to_file(self.costs)
         if decoding:
             (tmp / DECODING_FILE).write_text(json.dumps(decoding) + "\n")
         if out.exists():
@@ -411,6 +408,8 @@ def load_drafter(name_or_path=None, target=None, dtype=None, device=None,
     backend = check_backend(backend or default_backend(device))
     from safetensors.torch import load_file
 
+    if name_or_path is not None and check_folder(name_or_path, "load_drafter", TINY_DRAFTER_DIR):
+        name_or_path = Path(name_or_path).expanduser()      # a folder: the hub is never asked
     path = snapshot(TINY_DRAFTER_DIR if name_or_path is None else name_or_path, TINY_DRAFTER_DIR,
                     allow_patterns=["config.json", "*.safetensors", DRAFT_VOCAB_FILE, DECODING_FILE])
     if not (path / "config.json").is_file():
@@ -450,17 +449,13 @@ def load_drafter(name_or_path=None, target=None, dtype=None, device=None,
                              f'{{"token_ids": [...]}} for this drafter: {e} (delete the file to '
                              f"draft over the full vocabulary).") from e
     if (path / DECODING_FILE).is_file():
-        decoding = json.loads((path / DECODING_FILE).read_text())
-        p_min = decoding.get("p_min", 0.0)
-        if not isinstance(p_min, (int, float)) or not 0 <= p_min < 1:
-            raise ValueError(f"{path / DECODING_FILE}: p_min must be a number in [0, 1), got "
-                             f"{p_min!r} (0 verifies every drafted token).")
-        drafter.p_min = float(p_min)
+        file = path / DECODING_FILE
         try:
-            drafter.costs = costs_from_dict(decoding["cost"]) if "cost" in decoding else None
-            drafter.tree = check_tree(decoding["tree"]) if "tree" in decoding else None
+            data = json.loads(file.read_text())
         except ValueError as e:
-            raise ValueError(f"{path / DECODING_FILE}: {e}") from e
+            raise ValueError(f"{file} is not valid JSON ({e}): fix it, or delete it for the "
+                             f"default decoding (a chain at the drafter's block size).") from None
+        drafter.decoding, drafter.costs = DecodingConfig.from_file(data, str(file))
     if target is not None:
         check_fits(drafter, target)
     return drafter

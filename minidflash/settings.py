@@ -1,128 +1,375 @@
-"""How a decode spends its verify passes, as one object: ``DecodingConfig``.
+"""How a decode runs, as one object: ``DecodingConfig`` (the front door's settings).
 
-transformers keeps generation's options in a ``GenerationConfig``; ours are the few DFlash adds.
-A drafter's ``decoding.json`` loads into one (``DecodingConfig.of(drafter)``: what a plain
-``speculative_generate(target, drafter, ids, n)`` runs), a call overrides it field by field
-(``speculative_generate(..., block_size=4)`` or ``config=DecodingConfig(...)``), and
-``describe`` says what a step will do. The fields:
+transformers keeps ``generate()``'s options in a ``GenerationConfig``: one object, loaded from a
+file, overridden per call, printed. Ours holds the few DFlash adds, and the call's length and
+stops. A drafter's ``decoding.json`` loads into one (``DecodingConfig.of(drafter)``: what a plain
+``speculative_generate(target, drafter, ids)`` runs), a call overrides it field by field, once
+(``decoding.prepare``), and ``describe`` says what a step will do. The fields:
 
-    block_size   B: slot 0 and B-1 drafted slots (None: the drafter's; 1: plain decoding)
-    p_min        the confidence cut: verify the leading drafts with q >= p_min (0: all)
-    cost         price each step's verify length on the measured curve (True: the drafter's, for
-                 the target's dtype and torch's thread count; or a VerifyCost)
-    tree         verify a tree {"node_budget": n, "top_k": k} instead of a chain (None: a chain)
-    temperature  0: greedy; T > 0: the target samples (the drafter always drafts greedily)
-    fp32_ties    a bf16 target's greedy near-ties decided in fp32 (decoding.greedy_choice)
-    record_steps keep every step's drafts and the target's choices (a chain's)
+    max_new_tokens  tokens to generate at most
+    stop_token_ids  generation stops after the first of these (kept); an int or a list of ints
+    block_size      B: slot 0 and B-1 drafted slots (None: the drafter's; 1: plain decoding)
+    p_min           the confidence cut: verify the leading drafts with q >= p_min (0: all)
+    cost            price each step's verify length on the measured curve (True: the drafter's,
+                    for the target's dtype and torch's thread count; or a VerifyCost)
+    trust           with cost: q corrected as the decode goes, with this weight (None: the
+                    curve's own)
+    tree            verify a tree {"node_budget": n, "top_k": k} instead of a chain (None or
+                    False: a chain; True: the drafter's tree)
+    temperature     0: greedy; T > 0: the target samples (the drafter always drafts greedily)
+    fp32_ties       a bf16 target's greedy near-ties decided in fp32 (decoding.greedy_choice)
+    record_steps    keep every step's drafts and the target's choices (a chain's)
 
-No field switches another off: a tree is verified at any block size > 1 (its depth is B - 1),
-the cut and recorded steps belong to a chain and ask for ``tree=None`` (an error says so), and
-block size 1 is plain decoding, which drafts nothing, so a tree is dropped there.
+No field makes another illegal. A tree has no cut and records no steps, so a call that asks for
+``p_min`` or ``record_steps`` over a drafter's default tree gets a chain (``describe`` says so);
+only one config that names a tree *and* a cut is refused. Block size 1 is plain decoding, which
+drafts nothing: a tree is dropped there.
+
+The text of a config (``str(config)``, ``DecodingConfig.parse``) is the bench's method names and
+the results files' keys: ``plain``, ``dflash[:B]``, ``tree[:B]/nN/topK``, then any of ``/pP``
+(the cut), ``/cost``, ``/trustW``, ``/T0.7`` (temperature), ``/argmax`` (fp32_ties off),
+``/steps`` (record_steps). The length and the stops belong to the call and are not in the text.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
+from numbers import Real
+
+import torch
 
 from .verify_cost import VerifyCost
 
+MAX_TREE_NODES = 128       # a verify pass over more nodes costs more than any path can repay
+TEXT_FIELDS = ("block_size", "p_min", "cost", "trust", "tree", "temperature", "fp32_ties",
+               "record_steps")      # a method's text names these; the rest belong to the call
+FILE_FIELDS = ("block_size", "p_min", "cost", "trust", "tree", "temperature", "fp32_ties")
+
+
+def _whole(v) -> bool:
+    """An int that is not a bool (True is an int to isinstance, and would read as 1)."""
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _number(v) -> bool:
+    return isinstance(v, Real) and not isinstance(v, bool) and math.isfinite(v)
+
 
 def check_tree(tree) -> dict:
-    """A tree setting as decoding.json holds it: {"node_budget": n >= 1, "top_k": k >= 1}."""
+    """A tree setting as decoding.json holds it: {"node_budget": n, "top_k": k}, integers >= 1,
+    n at most MAX_TREE_NODES."""
     if (not isinstance(tree, dict) or set(tree) != {"node_budget", "top_k"}
-            or not all(type(v) is int and v >= 1 for v in tree.values())):
-        raise ValueError(f'a default tree is {{"node_budget": n, "top_k": k}} with integers >= 1 '
+            or not all(_whole(v) and v >= 1 for v in tree.values())):
+        raise ValueError(f'a tree is {{"node_budget": n, "top_k": k}} with integers >= 1 '
                          f"(tree.py: the n best paths over the per-slot top-k), got {tree!r}.")
+    if tree["node_budget"] > MAX_TREE_NODES:
+        raise ValueError(f"node_budget {tree['node_budget']} is over {MAX_TREE_NODES}: every node "
+                         f"is paid for in the verify pass, and the measured curves (16 tokens) "
+                         f"make a step pay for at most 15; use a budget of 15-63.")
     return dict(tree)
+
+
+def stop_ids(stops) -> tuple[int, ...]:
+    """stop_token_ids as a tuple of ints: an int, or a list, tuple or 1-D tensor of them."""
+    if isinstance(stops, torch.Tensor):
+        if stops.dim() > 1 or stops.is_floating_point() or stops.dtype == torch.bool:
+            raise ValueError(f"stop_token_ids must be token ids: an int, or a list or 1-D integer "
+                             f"tensor of them, got a {stops.dtype} tensor of shape "
+                             f"{tuple(stops.shape)}.")
+        stops = stops.tolist()
+    if stops is None:
+        return ()
+    if _whole(stops):
+        stops = [stops]
+    if not isinstance(stops, (list, tuple, set, frozenset)) or not all(
+            _whole(t) and t >= 0 for t in stops):
+        raise ValueError(f"stop_token_ids must be token ids >= 0: an int, or a list or 1-D "
+                         f"tensor of them (e.g. minidflash.target.stop_ids(tokenizer)), got "
+                         f"{stops!r}.")
+    return tuple(int(t) for t in stops)
 
 
 @dataclass(frozen=True)
 class DecodingConfig:
+    max_new_tokens: int = 256
+    stop_token_ids: tuple[int, ...] = ()
     block_size: int | None = None
     p_min: float = 0.0
     cost: bool | VerifyCost = False
+    trust: float | None = None
     tree: dict | bool | None = None
     temperature: float = 0.0
     fp32_ties: bool = True
     record_steps: bool = False
 
     def __post_init__(self):
-        b, p, t = self.block_size, self.p_min, self.temperature
-        if b is not None and (type(b) is not int or b < 1):
+        object.__setattr__(self, "stop_token_ids", stop_ids(self.stop_token_ids))
+        if self.tree is False:
+            object.__setattr__(self, "tree", None)
+        elif self.tree not in (None, True):
+            object.__setattr__(self, "tree", check_tree(self.tree))
+        self.validate()
+
+    def validate(self) -> None:
+        """Every field checked on its own, and the one rule between fields."""
+        b, n, p, t = self.block_size, self.max_new_tokens, self.p_min, self.temperature
+        if not _whole(n) or n < 1:
+            raise ValueError(f"max_new_tokens must be an integer >= 1, got {n!r}.")
+        if b is not None and (not _whole(b) or b < 1):
             raise ValueError(f"block_size must be an integer >= 1 (1 is plain decoding) or None "
                              f"(the drafter's), got {b!r}.")
-        if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0 <= p < 1:
+        if not _number(p) or not 0 <= p < 1:
             raise ValueError(f"p_min must be in [0, 1) (0 verifies every drafted token), got {p!r}.")
         if not isinstance(self.cost, (bool, VerifyCost)):
             raise ValueError(f"cost must be True (the drafter's measured curve), False (none) or "
                              f"a VerifyCost, got {self.cost!r}.")
-        if not isinstance(t, (int, float)) or isinstance(t, bool) or not 0 <= t < math.inf:
+        if self.trust is not None and (not _number(self.trust) or not 0 <= self.trust < 1):
+            raise ValueError(f"trust must be a weight in [0, 1) (0: q as drafted) or None (the "
+                             f"cost curve's own), got {self.trust!r}.")
+        if not _number(t) or t < 0:
             raise ValueError(f"temperature must be a finite number >= 0 (0 is greedy), got {t!r}.")
         for name in ("fp32_ties", "record_steps"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}.")
-        if self.tree is not None:                  # True: the drafter's, taken by resolve
-            if self.tree is not True:
-                object.__setattr__(self, "tree", check_tree(self.tree))
-            if p or self.record_steps:
-                raise ValueError("p_min and record_steps are a chain's: a tree has no cut and "
-                                 "records no steps. Pass tree=False with them.")
+        if self.tree is not None and (p or self.record_steps):
+            raise ValueError("p_min and record_steps are a chain's: a tree has no cut and records "
+                             "no steps. Pass tree=False with them (a drafter's default tree gives "
+                             "way to them by itself).")
 
+    # -- where a config comes from ------------------------------------------------------------
     @classmethod
     def of(cls, drafter) -> "DecodingConfig":
-        """What a drafter's files ask for (decoding.json: a cut, a cost curve, a tree); the
-        defaults without a drafter or without the file."""
+        """What a drafter's files ask for (its decoding.json, loaded into ``drafter.decoding``);
+        the defaults without one; plain decoding without a drafter."""
         if drafter is None:
             return cls(block_size=1)
-        return cls(p_min=getattr(drafter, "p_min", 0.0),
-                   cost=bool(getattr(drafter, "costs", None)), tree=getattr(drafter, "tree", None))
+        return getattr(drafter, "decoding", None) or cls()
 
     def override(self, **given) -> "DecodingConfig":
-        """This config with each given field that is not None replaced; tree=False drops the
-        tree, tree=True takes the drafter's (``resolve``). Block size 1 drops the tree."""
-        unknown = set(given) - {f.name for f in fields(self)}
+        """This config with each given field replaced (None: keep it). tree=False drops the tree;
+        p_min > 0 or record_steps over a tree this call did not name selects a chain."""
+        names = [f.name for f in fields(self)]
+        unknown = set(given) - set(names)
         if unknown:
-            raise ValueError(f"unknown decoding settings {sorted(unknown)}: the fields are "
-                             f"{[f.name for f in fields(self)]}.")
+            raise ValueError(f"unknown decoding settings {sorted(unknown)}: the fields are {names}.")
         given = {k: v for k, v in given.items() if v is not None}
-        if given.get("tree") is False:
-            given["tree"] = None
+        if "tree" not in given and (given.get("p_min") or given.get("record_steps")):
+            given["tree"] = None                    # a chain's settings: the call wants a chain
         if given.get("block_size") == 1:
             given["tree"] = None                    # plain decoding drafts nothing
         return replace(self, **given)
 
-    def resolve(self, drafter) -> "DecodingConfig":
-        """block_size None -> the drafter's, tree=True -> the drafter's (an error if it has none)."""
+    def resolve(self, drafter, batch: bool = False) -> "DecodingConfig":
+        """block_size None -> the drafter's, tree=True -> the drafter's (an error if it has none);
+        a batch verifies chains."""
         out = self
         if out.block_size is None:
             out = replace(out, block_size=drafter.block_size if drafter is not None else 1)
         if out.tree is True:
-            tree = getattr(drafter, "tree", None)
-            if not tree:
+            tree = getattr(DecodingConfig.of(drafter), "tree", None)
+            if not isinstance(tree, dict):
                 raise ValueError("tree=True takes the drafter's default tree, and its "
                                  "decoding.json has none: pass {'node_budget': n, 'top_k': k}.")
             out = replace(out, tree=tree)
-        if out.block_size == 1 and out.tree:
+        if out.tree and (out.block_size == 1 or batch):
             out = replace(out, tree=None)
         return out
 
-    def describe(self) -> str:
-        """What one step does, in words."""
-        B = self.block_size
+    # -- the text: bench methods, results files ------------------------------------------------
+    def __str__(self) -> str:
+        B = "" if self.block_size is None else f":{self.block_size}"
+        if self.block_size == 1:
+            text = "plain"
+        elif self.tree is True:
+            text = f"tree{B}"
+        elif self.tree:
+            text = f"tree{B}/n{self.tree['node_budget']}/top{self.tree['top_k']}"
+        else:
+            text = f"dflash{B}"
+        text += f"/p{self.p_min:g}" if self.p_min else ""
+        text += "/cost" if self.cost else ""
+        text += f"/trust{self.trust:g}" if self.trust is not None else ""
+        text += f"/T{self.temperature:g}" if self.temperature else ""
+        text += "" if self.fp32_ties else "/argmax"
+        return text + ("/steps" if self.record_steps else "")
+
+    @classmethod
+    def parse(cls, text: str, **call) -> "DecodingConfig":
+        """``str(config)`` back into a config: 'dflash:16/p0.3' -> block_size 16, p_min 0.3.
+        ``call``: the fields a text does not hold (max_new_tokens, stop_token_ids)."""
+        head, *opts = str(text).split("/")
+        kind, _, B = head.partition(":")
+        if kind not in ("plain", "dflash", "tree") or (B and not B.isdigit()) or (
+                kind == "plain" and B):
+            raise ValueError(f"{text!r} is not a decoding: plain, dflash[:B] or tree[:B]/nN/topK, "
+                             f"then /pP /cost /trustW /T<temperature> /argmax /steps as wanted.")
+        f = dict(call, block_size=1 if kind == "plain" else (int(B) if B else None))
+        tree = {}
+        for opt in opts:
+            key = next((k for k in ("cost", "argmax", "steps", "trust", "top", "p", "n", "T")
+                        if opt.startswith(k)), None)
+            value = opt[len(key or ""):]
+            try:
+                if key in ("cost", "argmax", "steps") and not value:
+                    f[{"cost": "cost", "argmax": "fp32_ties", "steps": "record_steps"}[key]] = (
+                        key != "argmax")
+                elif key in ("n", "top"):
+                    tree["node_budget" if key == "n" else "top_k"] = int(value)
+                else:
+                    f[{"trust": "trust", "p": "p_min", "T": "temperature"}[key]] = float(value)
+            except (KeyError, ValueError):
+                raise ValueError(f"{text!r}: option {opt!r} is not one of pP (the cut), cost, "
+                                 f"trustW, nN and topK (a tree), T<temperature>, argmax, "
+                                 f"steps.") from None
+        if tree and kind != "tree":
+            raise ValueError(f"{text!r}: /nN and /topK are a tree's: tree:B/nN/topK.")
+        if kind == "tree":
+            if tree and set(tree) != {"node_budget", "top_k"}:
+                raise ValueError(f"{text!r}: a tree names both its nodes and its candidates, "
+                                 f"e.g. tree:8/n15/top8 (or neither: the drafter's tree).")
+            f["tree"] = tree or True
+        return cls(**f)
+
+    # -- decoding.json -------------------------------------------------------------------------
+    def to_file(self, costs: dict | None = None) -> dict:
+        """What decoding.json holds: the fields that differ from the defaults, the tree, and the
+        drafter's cost curves under "cost" (verify_cost.costs_to_dict) when ``cost`` is on."""
+        from .verify_cost import costs_to_dict
+        default, out = DecodingConfig(), {}
+        for name in FILE_FIELDS:
+            value = getattr(self, name)
+            if name != "cost" and value != getattr(default, name):
+                out[name] = value
+        if self.cost:
+            if not costs:
+                raise ValueError("cost=True names the drafter's curves: give them (costs=...).")
+            out["cost"] = costs_to_dict(costs)
+        return out
+
+    @classmethod
+    def from_file(cls, data, where: str = "decoding.json") -> tuple["DecodingConfig", dict | None]:
+        """decoding.json's content (a dict) -> (config, the cost curves or None). Errors name
+        ``where`` and say what the file may hold."""
+        from .verify_cost import costs_from_dict
+        if not isinstance(data, dict):
+            raise ValueError(f"{where} must hold a JSON object such as {{\"p_min\": 0.3}} or "
+                             f"{{\"tree\": {{\"node_budget\": 15, \"top_k\": 8}}}}, got a "
+                             f"{type(data).__name__}. Delete the file for the defaults.")
+        unknown = set(data) - set(FILE_FIELDS)
+        if unknown:
+            raise ValueError(f"{where}: unknown keys {sorted(unknown)}; it may hold "
+                             f"{list(FILE_FIELDS)}.")
+        try:
+            costs = costs_from_dict(data["cost"]) if "cost" in data else None
+            config = cls(**{k: v for k, v in data.items() if k != "cost"}, cost=costs is not None)
+        except (ValueError, TypeError, KeyError) as e:
+            raise ValueError(f"{where}: {e}") from e
+        return config, costs
+
+    def as_dict(self) -> dict:
+        """Every field as JSON can hold it (a VerifyCost as its dict): for results files."""
+        out = asdict(self)
+        out["cost"] = self.cost.to_dict() if isinstance(self.cost, VerifyCost) else self.cost
+        out["stop_token_ids"] = list(self.stop_token_ids)
+        return out
+
+    # -- in words ------------------------------------------------------------------------------
+    def describe(self, target=None, drafter=None, batch: bool = False) -> str:
+        """What one step does, in words; with the target and drafter, what this call runs:
+        their block size and tree, the cost curve it prices on, whether ties are decided."""
+        from .verify_cost import for_threads
+        c = self.resolve(drafter, batch) if drafter is not None else self
+        B, default = c.block_size, DecodingConfig.of(drafter) if drafter is not None else None
         drafts = "a block of the drafter's size" if B is None else f"{B - 1} tokens"
         if B == 1:
             what = "plain decoding: one target pass a token, no drafter"
-        elif self.tree:
-            what = (f"draft {drafts}; verify a tree of up to {self.tree['node_budget']} nodes, "
-                    f"the best paths over each slot's top {self.tree['top_k']}")
+        elif isinstance(c.tree, dict):
+            what = (f"draft {drafts}; verify a tree of up to {c.tree['node_budget']} nodes, "
+                    f"the best paths over each slot's top {c.tree['top_k']}")
+        elif c.tree is True:
+            what = f"draft {drafts}; verify the drafter's default tree"
         else:
             what = f"draft {drafts}; verify them as a chain"
-            if self.p_min:
-                what += f" up to the first with q < {self.p_min}"
-        if self.cost and self.block_size != 1:
-            what += ("; keep as many drafts as pay on the measured verify curve, and skip the "
-                     "drafter after steps where none pays")
-        pick = ("greedy" + (" (bf16 near-ties decided in fp32)" if self.fp32_ties else "")
-                if self.temperature == 0 else f"sampled at temperature {self.temperature}")
-        return f"{what}; the target's choice {pick}."
+            if c.p_min:
+                what += f" up to the first with q < {c.p_min:g}"
+            if default is not None and isinstance(default.tree, dict) and B != 1:
+                why = ("a batch verifies chains" if batch else
+                       "p_min and record_steps are a chain's" if c.p_min or c.record_steps
+                       else "this call asked for a chain")
+                what += f" (the drafter's default tree is not used: {why})"
+        if c.cost and B != 1:
+            curve = ""
+            if isinstance(c.cost, VerifyCost):
+                curve = " (the curve given)"
+            elif target is not None and getattr(drafter, "costs", None):
+                key = for_threads(drafter.costs, dtype=target.dtype, key=True)
+                curve = (f" (the drafter's {key[0] or 'dtype-free'} curve at "
+                         f"{key[1] or 'any'} thread(s))")
+            what += (f"; keep as many drafts as pay on the measured verify curve{curve}, and "
+                     f"skip the drafter after steps where none pays")
+        if c.temperature:
+            pick = f"sampled at temperature {c.temperature:g}"
+        else:
+            head = None if target is None else target.get_output_embeddings().weight.dtype
+            pick = "greedy" + (f" ({str(head).replace('torch.', '')} near-ties decided in fp32)"
+                               if c.fp32_ties and head not in (None, torch.float32) else
+                               " (fp32 logits: no ties to decide)" if head == torch.float32 else
+                               "" if c.fp32_ties or head is None else " (argmax as rounded)")
+        return (f"{what}; the target's choice {pick}; at most {c.max_new_tokens} new tokens"
+                f"{', stopping at ' + str(list(c.stop_token_ids)) if c.stop_token_ids else ''}.")
+
+
+# -- the command line: one flag per field, as ``train`` derives its flags from TrainConfig ------
+FLAG_HELP = {
+    "max_new_tokens": "tokens to generate at most (default 256)",
+    "block_size": "B: slot 0 and B-1 drafted slots; 1 is plain decoding (default: the drafter's)",
+    "p_min": "the confidence cut: verify the leading drafts with q >= P (default: the drafter's)",
+    "cost": "price each step's verify length on the drafter's measured curve (--no-cost: don't)",
+    "trust": "with --cost: correct q as the decode goes, with this weight in [0, 1)",
+    "tree": "verify a tree of N nodes over each slot's top K, written N,K (off: a chain)",
+    "temperature": "0: greedy (default); T > 0: the target samples",
+    "fp32_ties": "a bf16 target's greedy near-ties decided in fp32 (default on; --no-fp32-ties)",
+    "record_steps": "keep every step's drafts and the target's choices",
+}
+
+
+def tree_flag(text: str):
+    """--tree N,K -> {"node_budget": N, "top_k": K}; off -> False (a chain)."""
+    from argparse import ArgumentTypeError
+    if text == "off":
+        return False
+    n, _, k = text.partition(",")
+    if not (n.isdigit() and k.isdigit()):
+        raise ArgumentTypeError("--tree is N,K (nodes, candidates per slot), e.g. 15,8, or off")
+    try:
+        return check_tree({"node_budget": int(n), "top_k": int(k)})
+    except ValueError as e:
+        raise ArgumentTypeError(str(e)) from None
+
+
+def add_flags(parser, skip=()) -> None:
+    """An option per DecodingConfig field (--max-new-tokens, --block-size, --p-min, --cost,
+    --trust, --tree, --temperature, --fp32-ties, --record-steps), each None unless given, so that
+    a command keeps the drafter's decoding.json for what the command line leaves out. The stops
+    come from the tokenizer. ``skip``: fields the command sets its own way."""
+    import argparse
+    types = {"max_new_tokens": int, "block_size": int, "p_min": float, "trust": float,
+             "temperature": float, "tree": tree_flag}
+    group = parser.add_argument_group("decoding (settings.DecodingConfig; default: the drafter's)")
+    for f in fields(DecodingConfig):
+        if f.name in skip or f.name == "stop_token_ids":
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if f.name in types:
+            group.add_argument(flag, type=types[f.name], default=None, help=FLAG_HELP[f.name],
+                               metavar="N,K" if f.name == "tree" else None)
+        else:
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
+                               help=FLAG_HELP[f.name])
+
+
+def flag_fields(args, skip=()) -> dict:
+    """The fields the command line set (``add_flags``), to pass as keywords over a config."""
+    names = [f.name for f in fields(DecodingConfig) if f.name not in skip]
+    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}

@@ -2,7 +2,7 @@
 
 DFlash drafts for a *fixed, frozen* target. minidflash talks to it only through transformers'
 ``AutoModelForCausalLM`` and a tokenizer with a chat template, so the shipped tiny Qwen3
-(``data/target``, built by ``minidflash.tools.make_data.tiny_target``), ``Qwen/Qwen3-8B`` and a Llama such
+(``data/target``, built by ``minidflash.tools.train.tiny_target``), ``Qwen/Qwen3-8B`` and a Llama such
 as ``HuggingFaceTB/SmolLM2-135M-Instruct`` go through the same four functions: ``load_target``,
 ``chat_ids`` (the prompt in non-thinking mode, as the published drafters were trained),
 ``stop_ids`` and ``mask_token_id`` (the block's placeholder token).
@@ -137,7 +137,7 @@ def looks_local(name) -> bool:
             or any(sep in text for sep in foreign) or text.count("/") > 1)
 
 
-def check_folder(name_or_path) -> bool:
+def check_folder(name_or_path, what: str = "load_target", default=TINY_TARGET_DIR) -> bool:
     """Is ``name_or_path`` a model folder (True) or a hub id (False)? A name that looks like a
     path (``looks_local``) but is no folder, a file, and a folder without config.json are
     errors that say so, before any hub is asked (which would blame the network)."""
@@ -146,8 +146,8 @@ def check_folder(name_or_path) -> bool:
         path = Path(name_or_path).expanduser()
     except RuntimeError:                                  # "~someone" with no such user
         path = Path(name_or_path)
-    takes = (f"load_target takes a folder written by save_pretrained (config.json beside the "
-             f"weights), a hub id (owner/name), or None for the tiny target in {TINY_TARGET_DIR}.")
+    takes = (f"{what} takes a folder written by save_pretrained (config.json beside the "
+             f"weights), a hub id (owner/name), or None for the shipped default in {default}.")
     if path.is_file():
         raise FileNotFoundError(f"{name!r} is a file, not a folder. {takes}")
     if path.is_dir() and not (path / "config.json").is_file():
@@ -187,6 +187,7 @@ def load_target(name_or_path: str | os.PathLike | None = None, dtype="auto",
         model, tokenizer = packaged_target(str(name_or_path), dtype)
     dtype = resolve_dtype(dtype, model.num_parameters(), device)
     model.to(device=device, dtype=dtype).eval().requires_grad_(False)
+    model.load_source = name_or_path        # what load_target read: the same weights in another dtype
     return model, tokenizer
 
 

@@ -34,7 +34,7 @@ Options beyond the paper (all off by default):
   a step takes about half the time; on one without them bf16 is emulated, slower, and the
   trainer warns.
 
-Run: ``python -m minidflash train --help`` (``tools/make_data/train_drafter.py``; data/README.md records
+Run: ``python -m minidflash train --help`` (``tools/train/train_drafter.py``; data/README.md records
 the shipped run). Data parallel on K processes: the same command under ``torchrun
 --nproc_per_node K -m minidflash train ...`` (gloo on CPU; NCCL when the target is on CUDA). The
 batch size stays the global batch, each rank takes every K-th row, gradients are averaged.

@@ -40,17 +40,15 @@ measured time are the most; where no n pays, the next steps skip the drafter, as
 from __future__ import annotations
 
 import heapq
-import math
 from dataclasses import dataclass
-from numbers import Real
 
 import torch
 from transformers import DynamicCache
 
 from . import batch as ragged
-from .decoding import GenerationResult, cache_kwargs, clock, crop_cache, greedy_choice, tie_head
-from .drafter import DFlashDrafter, check_fits, target_features
-from .verify_cost import VerifyCost
+from .decoding import GenerationResult, choose, clock, crop_cache, result, target_pass, tie_head
+from .drafter import target_features
+from .settings import DecodingConfig
 
 
 @dataclass
@@ -121,14 +119,6 @@ def tree_attention_mask(parents: torch.Tensor, past_length: int,
     return mask.masked_fill(~seen, torch.finfo(dtype).min)[None, None]
 
 
-def sample(logits: torch.Tensor, temperature: float, generator=None) -> int:
-    """The target's token from logits (V,): the argmax, or a draw of softmax(logits / T)."""
-    if temperature == 0:
-        return int(logits.argmax())
-    probs = torch.softmax(logits.float() / temperature, -1)
-    return int(torch.multinomial(probs, 1, generator=generator))
-
-
 def accept_tree(tokens: torch.Tensor, parents: torch.Tensor, logits: torch.Tensor,
                 temperature: float = 0.0, generator=None, hidden=None,
                 head=None) -> tuple[list[int], int]:
@@ -138,12 +128,13 @@ def accept_tree(tokens: torch.Tensor, parents: torch.Tensor, logits: torch.Tenso
     a bf16 target's greedy near-ties decided in fp32 (``decoding.greedy_choice``)."""
     child = {(p + 1, t): i + 1 for i, (p, t) in enumerate(zip(parents.tolist(), tokens.tolist()))}
     greedy = None
-    if temperature == 0:
-        greedy = greedy_choice(logits[None], None if hidden is None else hidden[None], head)
+    if temperature == 0:           # every node's choice at once; a sample only where walked
+        greedy = choose(logits[None], 0, None, None if hidden is None else hidden[None], head)
         greedy = greedy[0].tolist()
     path, node = [], 0
     while True:
-        y = greedy[node] if greedy is not None else sample(logits[node], temperature, generator)
+        y = (greedy[node] if greedy is not None
+             else int(choose(logits[node][None, None], temperature, generator)[0, 0]))
         if (node, y) not in child:
             return path, y
         node = child[(node, y)]
@@ -164,91 +155,35 @@ def keep_columns(cache: DynamicCache, start: int, keep: list[int]) -> None:
     crop_cache(cache, start + len(keep))
 
 
-def _whole(v) -> bool:
-    """An int that is not a bool (True is an int to isinstance, and would read as 1)."""
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _validate(target, drafter, input_ids, max_new_tokens, block_size, node_budget, top_k,
-              temperature):
-    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.dtype != torch.long:
-        raise ValueError("input_ids must be a (1, S) LongTensor of token ids, e.g. "
-                         "tokenizer(text, return_tensors='pt')['input_ids'].")
-    if input_ids.shape[0] != 1:
-        raise ValueError(f"tree_generate decodes one sequence at a time, got a batch of "
-                         f"{input_ids.shape[0]}: call it once per prompt (1, S).")
-    if input_ids.shape[1] == 0:
-        raise ValueError("The prompt is empty: give at least one token.")
-    vocab = target.get_input_embeddings().weight.shape[0]
-    if int(input_ids.min()) < 0 or int(input_ids.max()) >= vocab:
-        raise ValueError(f"input_ids hold ids outside the target's vocabulary 0..{vocab - 1}: "
-                         f"was the prompt tokenized with this target's tokenizer?")
-    if not _whole(max_new_tokens) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}.")
-    if (not isinstance(temperature, Real) or isinstance(temperature, bool)
-            or not math.isfinite(temperature) or temperature < 0):      # NaN < 0 is False
-        raise ValueError(f"temperature must be a finite number >= 0 (0 is greedy, 1 the "
-                         f"target's own distribution), got {temperature!r}.")
-    if node_budget is not None and (not _whole(node_budget) or node_budget < 0):
-        raise ValueError(f"node_budget must be an integer >= 0 (0 is plain decoding), got "
-                         f"{node_budget!r}.")
-    if not _whole(top_k) or top_k < 1:
-        raise ValueError(f"top_k must be an integer >= 1 (1 drafts a chain), got {top_k!r}.")
-    check_fits(drafter, target)
-    if not _whole(block_size) or not 2 <= block_size <= drafter.block_size:
-        raise ValueError(f"block_size must be an integer in 2..{drafter.block_size} (the "
-                         f"drafter's trained block size), got {block_size!r}.")
-    if input_ids.shape[1] + max_new_tokens + block_size > drafter.config.max_position_embeddings:
-        raise ValueError(f"prompt + max_new_tokens + block_size exceeds the drafter's "
-                         f"{drafter.config.max_position_embeddings} positions.")
-
-
 @torch.inference_mode()
-def tree_generate(target, drafter: DFlashDrafter, input_ids: torch.Tensor, max_new_tokens: int,
-                  block_size: int | None = None, node_budget: int | None = None, top_k: int = 4,
-                  temperature: float = 0.0, stop_token_ids=None,
-                  generator: torch.Generator | None = None,
-                  cost: VerifyCost | None = None, fp32_ties: bool = True) -> GenerationResult:
-    """Decode up to max_new_tokens after input_ids (1, S), verifying a tree of drafts per step.
+def tree_generate(target, drafter, input_ids: torch.Tensor, cfg: DecodingConfig,
+                  generator: torch.Generator | None = None) -> GenerationResult:
+    """Decode after input_ids (1, S), verifying a tree of drafts per step: the loop that
+    ``speculative_generate`` runs for a config with a tree (resolved by ``decoding.prepare``:
+    its block size, {"node_budget": n, "top_k": k}, the cost model or False).
 
-    block_size None takes the drafter's; the tree is at most B-1 deep. node_budget None is B-1:
-    a target pass as wide as the chain's. node_budget 0 verifies the root alone: plain decoding
-    plus the drafter's cost.
-    cost: each step verifies the n best nodes (n <= node_budget) with the most expected tokens
-    per unit of measured time, a node's chance being its path's probability, and skips the
-    drafter after steps that did not pay, as the chain does (``VerifyCost``).
-    Generation stops after the first stop token (kept); at T > 0 the target samples with
-    ``generator``. fp32_ties: a bf16 target's greedy near-ties decided in fp32 (as the chain).
+    The tree is at most B-1 deep. cost: each step verifies the n best nodes (n <= node_budget)
+    with the most expected tokens per unit of measured time, a node's chance being its path's
+    probability, and skips the drafter after steps that did not pay, as the chain does.
     """
-    if not isinstance(drafter, DFlashDrafter):
-        raise ValueError(f"a tree needs the DFlash drafter's per-slot distributions, got "
-                         f"{type(drafter).__name__}.")
-    B = drafter.block_size if block_size is None else block_size
-    _validate(target, drafter, input_ids, max_new_tokens, B, node_budget, top_k, temperature)
-    node_budget = B - 1 if node_budget is None else node_budget
-    device, layer_ids = input_ids.device, drafter.target_layer_ids
-    stops = set(int(t) for t in (stop_token_ids or []))
-    head = tie_head(target, temperature, fp32_ties)      # None: fp32, sampling, or not asked
-    last = lambda out: out.hidden_states[-1][0] if head is not None else None
-
+    B, T, device, layers = cfg.block_size, cfg.temperature, input_ids.device, drafter.target_layer_ids
+    node_budget, top_k, cost = cfg.tree["node_budget"], cfg.tree["top_k"], cfg.cost
+    stops = set(cfg.stop_token_ids)
+    head = tie_head(target, cfg)                         # None: fp32, sampling, or not asked
     # 1. Prefill: the target reads the prompt; its first token and its features.
-    t0 = clock(device)
-    cache = DynamicCache()
-    out = target(input_ids=input_ids, **cache_kwargs(target, cache), output_hidden_states=True,
-                 logits_to_keep=1)
+    t0, cache = clock(device), DynamicCache()
+    logits, states, last = target_pass(target, input_ids, cache, True, head is not None, 1)
     ragged.check_cache(cache)                    # kept columns are gathered: full attention only
-    token = (sample(out.logits[0, -1], temperature, generator) if temperature else
-             int(greedy_choice(out.logits[:, -1:], out.hidden_states[-1][:, -1:], head)[0, 0]))
-    hidden = target_features(out.hidden_states, layer_ids)                    # (1, S, L_f*H)
+    token = int(choose(logits[:, -1:], T, generator, last, head)[0, 0])
+    hidden = target_features(states, layers)                                  # (1, S, L_f*H)
     draft_cache = drafter.new_cache()
     t1 = clock(device)
-
     new, drafted, lengths, verified = [token], [False], [], []
-    draft_time = verify_time = 0.0
+    times = {"prefill": t1 - t0, "draft": 0.0, "verify": 0.0}
     start = input_ids.shape[1]                   # position of `token`, the tree's root
     done = token in stops
     skip = wait = 0                              # plain steps after trees that did not pay
-    while len(new) < max_new_tokens and not done:
+    while len(new) < cfg.max_new_tokens and not done:
         # 2. Draft: one drafter pass, then the best node_budget paths (the n of them that pay).
         ts = clock(device)
         root, fed = torch.tensor([token], device=device), not wait
@@ -269,16 +204,16 @@ def tree_generate(target, drafter: DFlashDrafter, input_ids: torch.Tensor, max_n
         ids = torch.cat([root, tokens])[None]                                   # (1, 1+n)
         pos = start + torch.cat([tree.depths.new_zeros(1), tree.depths])[None]  # (1, 1+n)
         mask = tree_attention_mask(tree.parents, start, target.dtype)           # (1, 1, 1+n, S+1+n)
-        out = target(input_ids=ids, position_ids=pos, attention_mask=mask,
-                     **cache_kwargs(target, cache), output_hidden_states=True)
+        logits, states, last = target_pass(target, ids, cache, True, head is not None,
+                                           position_ids=pos, attention_mask=mask)
         te = clock(device)
         # 4. Accept a path, keep its columns; its features are the drafter's next context.
-        path, token = accept_tree(tokens, tree.parents, out.logits[0], temperature, generator,
-                                  last(out), head)
+        path, token = accept_tree(tokens, tree.parents, logits[0], T, generator,
+                                  None if last is None else last[0], head)
         committed = tokens[[p - 1 for p in path]].tolist() + [token]
         keep = [0] + path
         keep_columns(cache, start, keep)
-        h = target_features(out.hidden_states, layer_ids)[:, keep]               # (1, a+1, L_f*H)
+        h = target_features(states, layers)[:, keep]                            # (1, a+1, L_f*H)
         hidden = h if fed else torch.cat([hidden, h], 1)   # a skipped draft leaves its own unread
         new += committed
         done = not stops.isdisjoint(committed)
@@ -286,16 +221,7 @@ def tree_generate(target, drafter: DFlashDrafter, input_ids: torch.Tensor, max_n
         lengths.append(len(path) + 1)
         verified.append(len(tokens))
         start += len(path) + 1
-        draft_time += tv - ts
-        verify_time += te - tv
-
-    # 5. Cut at max_new_tokens and after the first stop token.
-    new = new[:max_new_tokens]
-    hits = [i for i, t in enumerate(new) if t in stops]
-    new = new[:hits[0] + 1] if hits else new
-    t2 = clock(device)
-    output_ids = torch.cat([input_ids, torch.tensor([new], dtype=torch.long, device=device)], 1)
-    return GenerationResult(output_ids=output_ids, prompt_length=input_ids.shape[1],
-                            acceptance_lengths=lengths, drafted=drafted[:len(new)],
-                            prefill_time=t1 - t0, draft_time=draft_time, verify_time=verify_time,
-                            decode_time=t2 - t1, block_size=B, verified=verified)
+        times["draft"] += tv - ts
+        times["verify"] += te - tv
+    times["decode"] = clock(device) - t1
+    return result(input_ids, new, cfg, lengths, drafted, times, verified=verified)

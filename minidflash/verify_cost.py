@@ -181,12 +181,20 @@ def costs_to_dict(costs: dict[tuple[str | None, int], VerifyCost]) -> dict:
 
 
 def for_threads(costs: dict[tuple[str | None, int], VerifyCost], threads: int | None = None,
-                dtype=None) -> VerifyCost:
-    """The curve measured in ``dtype`` (a torch dtype or its name; curves of no named dtype, else
-    any, where none was measured in it) at the thread count nearest ``threads`` (torch's, by
-    default)."""
+                dtype=None, key: bool = False):
+    """The curve measured in ``dtype`` (a torch dtype or its name; else a curve of no named
+    dtype; dtype None: any) at the thread count nearest ``threads`` (torch's, by default).
+    key: return its (dtype, threads) key instead. A dtype no curve was measured in is refused:
+    another dtype's curve would price its verify passes wrongly."""
     threads = torch.get_num_threads() if threads is None else threads
     name = None if dtype is None else str(dtype).replace("torch.", "")
-    keys = ([k for k in costs if k[0] == name] or [k for k in costs if k[0] is None]
-            or list(costs))
-    return costs[min(keys, key=lambda k: (abs(k[1] - threads), k[1]))]
+    keys = list(costs)
+    if name is not None:
+        keys = [k for k in costs if k[0] == name] or [k for k in costs if k[0] is None]
+    if not keys:
+        raise ValueError(f"the drafter's cost curves were measured in "
+                         f"{sorted({k[0] for k in costs})}, not in {name}: measure one "
+                         f"(`python -m minidflash budget curve --dtype {name}`, then `budget "
+                         f"cost`), or decode with cost=False.")
+    best = min(keys, key=lambda k: (abs(k[1] - threads), k[1]))
+    return best if key else costs[best]

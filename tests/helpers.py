@@ -110,7 +110,7 @@ def record_decoding(target, drafter, input_ids, max_new_tokens, **kwargs):
     hooks += [target.model.layers[l].register_forward_hook(keep(l)) for l in drafter.target_layer_ids]
     drafter.draft, drafter.forward = draft, forward
     try:
-        result = speculative_generate(target, drafter, input_ids, max_new_tokens,
+        result = speculative_generate(target, drafter, input_ids, max_new_tokens=max_new_tokens,
                                       record_steps=True, **kwargs)
     finally:
         del drafter.draft, drafter.forward

@@ -27,7 +27,7 @@ def test_ar_drafter_is_lossless(seed):
     ids = torch.randint(0, 96, (1, 5 + seed * 3), generator=torch.Generator().manual_seed(seed))
     want = greedy(target, ids, 40)
     for k in (1, 3, 8, 16):
-        got = speculative_generate(target, drafter, ids, 40, block_size=k + 1)
+        got = speculative_generate(target, drafter, ids, max_new_tokens=40, block_size=k + 1)
         assert torch.equal(got.output_ids, want), k
 
 
@@ -54,7 +54,7 @@ def test_ar_drafter_lossless_when_it_drafts_well():
     taus = []
     for i in range(12):
         prompt = seqs[i][:, :10]
-        got = speculative_generate(target, drafter, prompt, 30, block_size=5)
+        got = speculative_generate(target, drafter, prompt, max_new_tokens=30, block_size=5)
         assert torch.equal(got.output_ids, greedy(target, prompt, 30))
         taus.append(got.tau)
     assert sum(taus) / len(taus) > 1.5, taus       # it drafts: more than one token per pass
@@ -124,8 +124,8 @@ def test_save_and_load_round_trip(tmp_path):
     drafter.save_pretrained(tmp_path / "ar")
     again = load_ar_drafter(tmp_path / "ar", target=target)
     ids = torch.randint(0, 96, (1, 7))
-    a = speculative_generate(target, drafter, ids, 12, block_size=5)
-    b = speculative_generate(target, again, ids, 12, block_size=5)
+    a = speculative_generate(target, drafter, ids, max_new_tokens=12, block_size=5)
+    b = speculative_generate(target, again, ids, max_new_tokens=12, block_size=5)
     assert a.acceptance_lengths == b.acceptance_lengths and torch.equal(a.output_ids, b.output_ids)
     for k, v in drafter.state_dict().items():
         assert torch.equal(v, again.state_dict()[k]), k
@@ -146,8 +146,8 @@ def test_ar_drafter_sampling_matches_target_distribution():
     probs = exact_distribution(target, ids)
     gen, counts, n = torch.Generator().manual_seed(0), {}, 1500
     for _ in range(n):
-        out = speculative_generate(target, drafter, ids, N_NEW, block_size=3, temperature=TEMP,
-                                   generator=gen)
+        out = speculative_generate(target, drafter, ids, max_new_tokens=N_NEW, block_size=3,
+                                   temperature=TEMP, generator=gen)
         key = tuple(out.new_ids.tolist())
         counts[key] = counts.get(key, 0) + 1
     assert chi_square_pvalue(counts, probs, n) > 1e-3
@@ -174,10 +174,10 @@ def shipped_ar_taus() -> dict:
     for suite, i in AR_PROMPTS:
         with open(PROMPTS_DIR / f"{suite}.jsonl") as f:
             ids = chat_ids(tokenizer, json.loads(f.readlines()[i])["messages"])
-        plain = speculative_generate(target, None, ids, AR_MAX_NEW, block_size=1,
+        plain = speculative_generate(target, None, ids, max_new_tokens=AR_MAX_NEW, block_size=1,
                                      stop_token_ids=stop_ids(tokenizer))
-        got = speculative_generate(target, drafter, ids, AR_MAX_NEW, block_size=AR_K + 1,
-                                   stop_token_ids=stop_ids(tokenizer))
+        got = speculative_generate(target, drafter, ids, max_new_tokens=AR_MAX_NEW,
+                                   block_size=AR_K + 1, stop_token_ids=stop_ids(tokenizer))
         assert torch.equal(got.output_ids, plain.output_ids)
         taus[f"{suite}[{i}]"] = round(got.tau, 4)
     return taus

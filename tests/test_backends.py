@@ -168,11 +168,11 @@ else:
 target = tiny_target(4, vocab=61, layers=4, hidden=64, heads=4, kv_heads=2)
 d = random_drafter(target, 4, layers=2, block_size=5)
 ids = torch.randint(0, 60, (1, 9), generator=torch.Generator().manual_seed(0))
-plain = verifier.speculative_generate(target, None, ids, 12, block_size=1)
+plain = verifier.speculative_generate(target, None, ids, max_new_tokens=12, block_size=1)
 d.backend = "triton"
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    out = verifier.speculative_generate(target, d, ids, 12, block_size=5)
+    out = verifier.speculative_generate(target, d, ids, max_new_tokens=12, block_size=5)
 assert torch.equal(out.output_ids, plain.output_ids)
 assert any("needs Triton" in str(w.message) for w in caught), [str(w.message) for w in caught]
 print("ok")

@@ -109,7 +109,8 @@ def test_rows_equal_their_own_greedy_decode(seed):
     n = rng.randint(1, 50)
     refs = [plain_greedy(target, p, n) for p in prompts]
     for B in sorted({1, 2, 16, rng.randint(3, 15)}):
-        results = speculative_generate(target, drafter, ids, n, block_size=B, attention_mask=mask)
+        results = speculative_generate_batch(target, drafter, ids, max_new_tokens=n, block_size=B,
+                                             attention_mask=mask)
         assert len(results) == len(prompts)
         for i, (out, ref) in enumerate(zip(results, refs)):
             assert torch.equal(out.output_ids, ref), f"block_size={B}, row {i}"
@@ -164,8 +165,9 @@ def test_ragged_acceptance_rows_match_alone(seed, compact_at, monkeypatch):
     monkeypatch.setattr(ragged, "compact", counting)
     verify_spy(target, monkeypatch, None)
     ids, mask = left_pad(prompts)
-    results = speculative_generate_batch(target, drafter, ids, n, mask, block_size=B)
-    alone = [speculative_generate(target, drafter, p, n, block_size=B) for p in prompts]
+    results = speculative_generate_batch(target, drafter, ids, max_new_tokens=n,
+                                         attention_mask=mask, block_size=B)
+    alone = [speculative_generate(target, drafter, p, max_new_tokens=n, block_size=B) for p in prompts]
     for i, (out, ref, one) in enumerate(zip(results, refs, alone)):
         assert torch.equal(out.output_ids, ref), f"row {i}"
         assert out.acceptance_lengths == one.acceptance_lengths, f"row {i}"
@@ -198,8 +200,8 @@ def test_stop_token_ends_one_row_mid_batch(seed, monkeypatch):
     batch_sizes = []
     verify_spy(target, monkeypatch, batch_sizes)
     ids, mask = left_pad(prompts)
-    results = speculative_generate(target, drafter, ids, 40, block_size=6, stop_token_ids=[stop],
-                                   attention_mask=mask)
+    results = speculative_generate_batch(target, drafter, ids, max_new_tokens=40, block_size=6,
+                                         stop_token_ids=[stop], attention_mask=mask)
     for i, (out, ref) in enumerate(zip(results, refs)):
         assert torch.equal(out.output_ids, ref), f"row {i}"
     v = len(results[1].acceptance_lengths)                   # row 1's verify passes
@@ -214,10 +216,11 @@ def test_batch_of_one_is_the_single_sequence_decode():
     prompt = torch.randint(0, 88, (1, 7))
     ref = plain_greedy(target, prompt, 60)
     drafter = RowOracle(random_drafter(target, 4), [plain_greedy(target, prompt, 80)], [0.2])
-    one = speculative_generate(target, drafter, prompt, 60, block_size=8)
-    (batched,) = speculative_generate_batch(target, drafter, prompt, 60, block_size=8)
-    (masked,) = speculative_generate(target, drafter, prompt, 60, block_size=8,
-                                     attention_mask=torch.ones_like(prompt))
+    one = speculative_generate(target, drafter, prompt, max_new_tokens=60, block_size=8)
+    (batched,) = speculative_generate_batch(target, drafter, prompt, max_new_tokens=60,
+                                            block_size=8)
+    (masked,) = speculative_generate_batch(target, drafter, prompt, max_new_tokens=60,
+                                           block_size=8, attention_mask=torch.ones_like(prompt))
     for out in (one, batched, masked):
         assert torch.equal(out.output_ids, ref)
         assert out.acceptance_lengths == one.acceptance_lengths
@@ -240,9 +243,10 @@ def test_shipped_models_rows_match_alone():
     assert len({p.shape[1] for p in prompts}) > 1
     ids, mask = left_pad(prompts, pad_id=tokenizer.pad_token_id or 0)
     stops = stop_ids(tokenizer)
-    results = speculative_generate(target, drafter, ids, 48, stop_token_ids=stops, attention_mask=mask)
+    results = speculative_generate_batch(target, drafter, ids, max_new_tokens=48,
+                                         stop_token_ids=stops, attention_mask=mask)
     for i, p in enumerate(prompts):
-        one = speculative_generate(target, drafter, p, 48, stop_token_ids=stops)
+        one = speculative_generate(target, drafter, p, max_new_tokens=48, stop_token_ids=stops)
         assert torch.equal(results[i].output_ids, one.output_ids), f"row {i}"
         assert results[i].acceptance_lengths == one.acceptance_lengths, f"row {i}"
     assert max(r.tau for r in results) > 2
@@ -256,19 +260,24 @@ def test_bad_batches_are_refused_clearly():
     target = tiny_target(2)
     drafter = random_drafter(target, 2, block_size=8)
     ids = torch.tensor([[1, 2, 3], [4, 5, 6]])
-    with pytest.raises(ValueError, match="one sequence at a time without an attention_mask"):
-        speculative_generate(target, drafter, ids, 4)
+    with pytest.raises(ValueError, match="decodes one sequence, got a batch of 2: call speculative_generate_batch"):
+        speculative_generate(target, drafter, ids, max_new_tokens=4)
     with pytest.raises(ValueError, match="not left-padded"):
-        speculative_generate(target, drafter, ids, 4, attention_mask=torch.tensor([[1, 1, 0], [1, 1, 1]]))
+        speculative_generate_batch(target, drafter, ids, max_new_tokens=4,
+                                   attention_mask=torch.tensor([[1, 1, 0], [1, 1, 1]]))
     with pytest.raises(ValueError, match=r"rows \[1\] of the batch are empty"):
-        speculative_generate(target, drafter, ids, 4, attention_mask=torch.tensor([[1, 1, 1], [0, 0, 0]]))
+        speculative_generate_batch(target, drafter, ids, max_new_tokens=4,
+                                   attention_mask=torch.tensor([[1, 1, 1], [0, 0, 0]]))
     with pytest.raises(ValueError, match="input_ids' shape"):
-        speculative_generate(target, drafter, ids, 4, attention_mask=torch.ones(2, 2, dtype=torch.long))
+        speculative_generate_batch(target, drafter, ids, max_new_tokens=4,
+                                   attention_mask=torch.ones(2, 2, dtype=torch.long))
     with pytest.raises(ValueError, match="0 .padding. and 1"):
-        speculative_generate(target, drafter, ids, 4, attention_mask=torch.full((2, 3), 2))
+        speculative_generate_batch(target, drafter, ids, max_new_tokens=4,
+                                   attention_mask=torch.full((2, 3), 2))
     ar = ARDrafter(make_ar_config(target.config)).eval()
     with pytest.raises(ValueError, match="needs the DFlash drafter: ARDrafter"):
-        speculative_generate(target, ar, ids, 4, block_size=4, attention_mask=torch.ones_like(ids))
+        speculative_generate_batch(target, ar, ids, max_new_tokens=4, block_size=4,
+                                   attention_mask=torch.ones_like(ids))
 
 
 # --------------------------------------------------------------------------------------------
@@ -307,8 +316,9 @@ def row_pvalues(target, drafter, probs, n, seed):
     counts = [{} for _ in PROMPTS]
     steps = 0
     for _ in range(n):
-        results = speculative_generate(target, drafter, ids, N_NEW, block_size=3, temperature=TEMP,
-                                       stop_token_ids=[STOP], generator=gen, attention_mask=mask)
+        results = speculative_generate_batch(target, drafter, ids, max_new_tokens=N_NEW,
+                                             block_size=3, temperature=TEMP, stop_token_ids=[STOP],
+                                             generator=gen, attention_mask=mask)
         for c, r in zip(counts, results):
             key = tuple(r.new_ids.tolist())
             c[key] = c.get(key, 0) + 1

@@ -5,6 +5,8 @@ import json
 import os
 
 import pytest
+
+from minidflash.settings import DecodingConfig
 import torch
 
 from minidflash.config import PROMPTS_DIR, TINY_AR_DRAFTER_DIR
@@ -25,7 +27,7 @@ def test_a_divergence_is_located_and_its_logit_gap_measured(tiny):
     target, tokenizer = tiny
     ids = torch.tensor([[1, 5, 9, 14, 3]])
     from minidflash.verifier import speculative_generate
-    plain = speculative_generate(target, None, ids, 12, block_size=1).new_ids.tolist()
+    plain = speculative_generate(target, None, ids, max_new_tokens=12, block_size=1).new_ids.tolist()
     with torch.no_grad():
         logits = target(torch.cat([ids, torch.tensor([plain[:7]])], 1)).logits[0, -1]
     second = int(logits.topk(2).indices[1])
@@ -107,25 +109,31 @@ def test_a_cost_method_needs_a_drafter_with_a_cost_curve(tiny):
 
 
 def test_method_names_are_checked():
-    M = methods.Method
-    assert methods.parse("dflash:16@some/dir") == M("dflash", 16, "some/dir", 0.0, cost=False)
-    assert methods.parse("dflash:8/p0.3") == M("dflash", 8, None, 0.3, cost=False)
-    assert methods.parse("dflash") == M("dflash", None, None, None)       # the drafter's defaults
-    assert methods.parse("dflash:8/cost") == M("dflash", 8, None, 0.0, cost=True)
-    assert methods.parse("dflash:8/p0.3/cost") == M("dflash", 8, None, 0.3, cost=True)
-    assert methods.parse("ar:8/p0.25@d") == M("ar", 8, "d", 0.25, cost=False)
-    assert methods.parse("tree:16/n24/top4") == M("tree", 16, None, None, 24, 4)
-    assert methods.parse("tree:8/n15/top2/cost") == M("tree", 8, None, None, 15, 2, cost=True)
-    assert methods.parse("plain") == M("plain", 1)
-    assert methods.parse("dflash:8/cost/trust0.3") == M("dflash", 8, None, 0.0, cost=True,
-                                                        trust=0.3)
+    """A method's decoding is the config's own text; the bench adds ar:k, lookup, generate, a
+    dtype and @PATH around it."""
+    C = DecodingConfig
+    m = methods.parse("dflash:16@some/dir")
+    assert (m.kind, m.k, m.path, m.config) == ("dflash", 16, "some/dir", C(block_size=16))
+    assert methods.parse("dflash:8/p0.3").config == C(block_size=8, p_min=0.3)
+    assert methods.parse("dflash").config is None                     # the drafter's defaults
+    assert methods.parse("dflash/argmax").over == (("fp32_ties", False),)
+    assert methods.parse("dflash:8/p0.3/cost").config == C(block_size=8, p_min=0.3, cost=True)
+    ar = methods.parse("ar:8/p0.25@d")
+    assert (ar.kind, ar.k, ar.path, ar.config) == ("ar", 8, "d", C(block_size=9, p_min=0.25))
+    assert methods.parse("tree:16/n24/top4").config == C(
+        block_size=16, tree={"node_budget": 24, "top_k": 4})
+    assert methods.parse("plain/bf16").config == C(block_size=1)
+    assert methods.parse("plain/bf16").dtype == "bfloat16"
+    assert methods.parse("dflash:8/cost/trust0.3").config == C(block_size=8, cost=True, trust=0.3)
+    assert methods.parse("dflash:4/T0.7").config.temperature == 0.7
+    for spec in ("dflash:8/p0.3/cost", "tree:8/n15/top2/cost", "plain/argmax", "dflash:4/T0.7"):
+        assert str(methods.parse(spec).config) == spec               # the text round-trips
     for bad, why in (("ar", "needs a number"), ("medusa:4", "unknown method"),
                      ("dflash:8/trust0.3", "add /cost"),
-                     ("dflash:8/q3", "not pP"), ("tree:16/n24", "node budget and candidates"),
-                     ("plain/p0.3", "for dflash and ar"), ("dflash:8/n4", "are for tree"),
-                     ("plain/cost", "/cost \\(the cost model\\) is for"),
+                     ("dflash:8/q3", "not one of pP"), ("tree:16/n24", "nodes and its candidates"),
+                     ("dflash:8/n4", "are a tree's"), ("generate/p0.3", "lookup:k or generate"),
                      ("tree:8/n15/top2/cost/trust0.2", "not a tree's"),
-                     ("dflash:x", "not a number")):
+                     ("dflash:x", "not a decoding"), ("plain/fp32/bf16", "one dtype")):
         with pytest.raises(ValueError, match=why):
             methods.parse(bad)
 

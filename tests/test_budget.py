@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from minidflash.settings import DecodingConfig
 from minidflash.drafter import load_drafter
 from minidflash.target import chat_ids, load_target, stop_ids
 from minidflash.tools.measure import budget
@@ -40,8 +41,9 @@ def test_calibration_counts_each_reached_slot_once(tiny):
     # the same decodes, counted by hand: slot j is reached when slots 1..j-1 were accepted
     reached = accepted = steps = 0
     for row in rows:
-        out = speculative_generate(target, drafter, chat_ids(tokenizer, row["messages"]), 40,
-                                   block_size=8, stop_token_ids=stop_ids(tokenizer), p_min=0.0)
+        out = speculative_generate(target, drafter, chat_ids(tokenizer, row["messages"]),
+                                   max_new_tokens=40, block_size=8,
+                                   stop_token_ids=stop_ids(tokenizer), p_min=0.0)
         steps += len(out.acceptance_lengths)
         for a in (n - 1 for n in out.acceptance_lengths):
             reached += min(a + 1, 7)
@@ -57,7 +59,7 @@ def test_cost_writes_a_saved_curve_into_the_drafters_files(tmp_path):
     drafter's default cost model; its other settings stay."""
     target = tiny_target(4, vocab=97, layers=4)
     drafter = random_drafter(target, 4)
-    drafter.p_min = 0.3
+    drafter.decoding = DecodingConfig(p_min=0.3)
     drafter.save_pretrained(tmp_path / "d")
     curve = {"threads": {"1": {"in_decode_steps": [1.0, 1.8, 2.2], "verify_ms": [10.0, 18, 22],
                                "draft_ms": 2.0},
@@ -66,7 +68,7 @@ def test_cost_writes_a_saved_curve_into_the_drafters_files(tmp_path):
     (tmp_path / "curve.json").write_text(json.dumps(curve))
     budget.main(["cost", "--from", str(tmp_path / "curve.json"), "--drafter", str(tmp_path / "d")])
     loaded = load_drafter(tmp_path / "d", target=target)
-    assert loaded.p_min == 0.3
+    assert loaded.decoding.p_min == 0.3
     assert loaded.costs == {(None, 1): VerifyCost((1.0, 1.8, 2.2), 0.2),
                             (None, 2): VerifyCost((1.0, 1.4, 1.5), 0.25)}
     assert not list(tmp_path.glob("d/*.tmp"))

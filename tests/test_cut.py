@@ -12,6 +12,7 @@ import pytest
 import torch
 from scipy import stats
 
+from minidflash.settings import DecodingConfig
 from minidflash.ar_drafter import ARDrafter, make_ar_config
 from minidflash.drafter import DFlashDrafter, load_drafter
 from minidflash.verifier import confident_prefix, speculative_generate, speculative_generate_batch
@@ -68,8 +69,8 @@ def test_greedy_identical_for_every_cut(seed):
     for B in (2, 5, 16):
         for p in (0.2, 0.5, 0.8, 0.999):
             for ids, ref in zip(prompts, want):
-                out = speculative_generate(target, drafter, ids, n, block_size=B, p_min=p,
-                                           record_steps=True)
+                out = speculative_generate(target, drafter, ids, max_new_tokens=n, block_size=B,
+                                           p_min=p, record_steps=True)
                 assert torch.equal(out.output_ids, ref), (B, p)
                 for step, m in zip(out.steps, out.verified):     # m = the leading q >= p
                     assert m == int(confident_prefix(torch.tensor([step["q"]]), p)[0])
@@ -85,7 +86,7 @@ def test_p_min_zero_verifies_the_whole_block_as_before():
     ids = torch.randint(0, 88, (1, 9))
     refs, _ = references(target, [ids], 40)
     drafter = DoubtfulOracle(random_drafter(target, 3), refs, p_wrong=[0.2], seed=3)
-    out = speculative_generate(target, drafter, ids, 40, block_size=6, p_min=0.0)
+    out = speculative_generate(target, drafter, ids, max_new_tokens=40, block_size=6, p_min=0.0)
     assert set(out.verified) == {5}
 
 
@@ -101,9 +102,11 @@ def test_batch_rows_cut_at_their_own_lengths(seed):
                              seed=seed)
     from minidflash.batch import left_pad
     ids, mask = left_pad(prompts)
-    rows = speculative_generate_batch(target, drafter, ids, n, mask, block_size=8, p_min=0.4)
+    rows = speculative_generate_batch(target, drafter, ids, max_new_tokens=n, attention_mask=mask,
+                                      block_size=8, p_min=0.4)
     for row, ref, prompt in zip(rows, want, prompts):
-        alone = speculative_generate(target, drafter, prompt, n, block_size=8, p_min=0.4)
+        alone = speculative_generate(target, drafter, prompt, max_new_tokens=n, block_size=8,
+                                     p_min=0.4)
         assert torch.equal(row.output_ids, ref)
         assert row.verified == alone.verified and row.acceptance_lengths == alone.acceptance_lengths
     assert len({tuple(r.verified) for r in rows}) == 3            # the rows were cut differently
@@ -145,8 +148,9 @@ def test_sampling_with_the_cut_matches_the_target(sampling_setup):
     target, drafter, ids, probs = sampling_setup
     n, gen, counts, cuts = 1500, torch.Generator().manual_seed(0), {}, []
     for _ in range(n):
-        out = speculative_generate(target, drafter, ids, N_NEW, block_size=4, temperature=TEMP,
-                                   stop_token_ids=[STOP], generator=gen, p_min=0.35)
+        out = speculative_generate(target, drafter, ids, max_new_tokens=N_NEW, block_size=4,
+                                   temperature=TEMP, stop_token_ids=[STOP], generator=gen,
+                                   p_min=0.35)
         key = tuple(out.new_ids.tolist())
         counts[key] = counts.get(key, 0) + 1
         cuts += out.verified
@@ -185,16 +189,17 @@ def test_ar_chain_stops_at_its_first_doubtful_token(monkeypatch):
 def test_a_drafters_files_carry_its_default_cut(tmp_path):
     target = tiny_target(2, vocab=97, layers=4)
     drafter = random_drafter(target, 2)
-    drafter.p_min = 0.3
+    drafter.decoding = DecodingConfig(p_min=0.3)
     drafter.save_pretrained(tmp_path / "d")
     assert json.loads((tmp_path / "d" / "decoding.json").read_text()) == {"p_min": 0.3}
     loaded = load_drafter(tmp_path / "d", target=target)
-    assert loaded.p_min == 0.3
+    assert loaded.decoding.p_min == 0.3
     ids = torch.randint(0, 96, (1, 8))
-    default = speculative_generate(target, loaded, ids, 20)
-    assert default.verified == speculative_generate(target, loaded, ids, 20, p_min=0.3).verified
+    default = speculative_generate(target, loaded, ids, max_new_tokens=20)
+    assert default.verified == speculative_generate(target, loaded, ids, max_new_tokens=20,
+                                                    p_min=0.3).verified
     (tmp_path / "d" / "decoding.json").write_text('{"p_min": 1.5}')
-    with pytest.raises(ValueError, match="p_min must be a number in"):
+    with pytest.raises(ValueError, match="p_min must be in"):
         load_drafter(tmp_path / "d", target=target)
     with pytest.raises(ValueError, match="p_min must be in"):
-        speculative_generate(target, drafter, ids, 5, p_min=-0.1)
+        speculative_generate(target, drafter, ids, max_new_tokens=5, p_min=-0.1)

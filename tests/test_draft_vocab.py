@@ -42,7 +42,8 @@ def test_greedy_identical_with_a_draft_vocabulary(seed):
     n = rng.randint(1, 60)
     ref = plain_greedy(target, ids, n)
     for B in sorted({2, 16, rng.randint(3, 15)}):
-        out = speculative_generate(target, drafter, ids, n, block_size=B, record_steps=True)
+        out = speculative_generate(target, drafter, ids, max_new_tokens=n, block_size=B,
+                                   record_steps=True)
         assert torch.equal(out.output_ids, ref), f"block_size={B}"
         assert set(drafts(out)) <= set(subset)
 
@@ -74,10 +75,11 @@ def test_a_token_outside_the_subset_is_never_drafted_yet_still_emitted(seed):
     subset = [t for t in range(97) if t not in banned]
     padded = torch.cat([ref, torch.zeros(1, 32, dtype=torch.long)], 1)
     oracle = SubsetOracle(random_drafter(target, seed), padded, target.lm_head.weight)
-    full = speculative_generate(target, oracle, ids, 60, block_size=8, record_steps=True)
+    full = speculative_generate(target, oracle, ids, max_new_tokens=60, block_size=8,
+                                record_steps=True)
     assert torch.equal(full.output_ids, ref) and full.tau > 7   # the oracle drafts the truth
-    out = speculative_generate(target, with_vocab(oracle, subset), ids, 60, block_size=8,
-                               record_steps=True)
+    out = speculative_generate(target, with_vocab(oracle, subset), ids, max_new_tokens=60,
+                               block_size=8, record_steps=True)
     assert torch.equal(out.output_ids, ref)             # lossless: every banned token is emitted
     assert banned <= set(out.output_ids[0, 6:].tolist())
     assert not banned & set(drafts(out))                # ... and never drafted
@@ -122,14 +124,15 @@ def test_sampling_with_a_draft_vocabulary_matches_the_target():
     drafter = random_drafter(target, 7, mask_token_id=V - 1)
     ids = torch.tensor([[1, 2, 0]])
     probs = exact_distribution(target, ids)
-    full = speculative_generate(target, drafter, ids, N_NEW, block_size=3, temperature=TEMP,
-                                generator=torch.Generator().manual_seed(0), record_steps=True)
+    full = speculative_generate(target, drafter, ids, max_new_tokens=N_NEW, block_size=3,
+                                temperature=TEMP, generator=torch.Generator().manual_seed(0),
+                                record_steps=True)
     assert 0 in drafts(full)
     drafter.set_draft_vocab([2, 1])
     gen, counts, drafted, n = torch.Generator().manual_seed(0), {}, set(), 1500
     for _ in range(n):
-        out = speculative_generate(target, drafter, ids, N_NEW, block_size=3, temperature=TEMP,
-                                   generator=gen, record_steps=True)
+        out = speculative_generate(target, drafter, ids, max_new_tokens=N_NEW, block_size=3,
+                                   temperature=TEMP, generator=gen, record_steps=True)
         key = tuple(out.new_ids.tolist())
         counts[key] = counts.get(key, 0) + 1
         drafted |= set(drafts(out))
@@ -166,7 +169,7 @@ def test_round_trip_with_and_without_the_file(tmp_path):
     assert load_drafter(tmp_path / "plain").draft_vocab is None
     ids = torch.randint(0, 96, (1, 6))
     ignored = load_drafter(tmp_path / "subset", draft_vocab=False)
-    runs = [drafts(speculative_generate(target, d, ids, 30, record_steps=True))
+    runs = [drafts(speculative_generate(target, d, ids, max_new_tokens=30, record_steps=True))
             for d in (subset, loaded, plain, ignored)]
     assert runs[0] == runs[1] and runs[2] == runs[3] and runs[0] != runs[2]
     assert set(runs[0]) <= {0, 2, 3, 5, 17, 90}
@@ -220,7 +223,7 @@ def test_bad_draft_vocabularies_are_refused_clearly(tmp_path):
     small = tiny_target(0, vocab=61)                    # a subset naming rows this target lacks
     d = with_vocab(random_drafter(target, 0, mask_token_id=60), [1, 80])
     with pytest.raises(ValueError, match="draft vocabulary names token 80"):
-        speculative_generate(small, d, torch.tensor([[1, 2]]), 5)
+        speculative_generate(small, d, torch.tensor([[1, 2]]), max_new_tokens=5)
 
 
 # --------------------------------------------------------------------------------------------

@@ -33,8 +33,8 @@ def test_round_trip_writes_exactly_the_published_format(tmp_path):
     for k, v in d.state_dict().items():
         assert torch.equal(v, e.state_dict()[k]), k
     ids = torch.randint(0, 96, (1, 6))
-    assert torch.equal(speculative_generate(target, d, ids, 20).output_ids,
-                       speculative_generate(target, e, ids, 20).output_ids)
+    assert torch.equal(speculative_generate(target, d, ids, max_new_tokens=20).output_ids,
+                       speculative_generate(target, e, ids, max_new_tokens=20).output_ids)
 
 
 def published_checkpoint(path, target, layers=2, block_in_dflash_config=False, **overrides):
@@ -86,8 +86,8 @@ def test_loads_published_layout_without_remote_code(tmp_path, inner):
     assert d.mask_token_id == target.config.vocab_size - 1
     assert torch.equal(d.state_dict()["fc.weight"], tensors["fc.weight"].float())
     ids = torch.randint(0, 96, (1, 5))
-    assert torch.equal(speculative_generate(target, d, ids, 12).output_ids,
-                       speculative_generate(target, None, ids, 12, block_size=1).output_ids)
+    assert torch.equal(speculative_generate(target, d, ids, max_new_tokens=12).output_ids,
+                       speculative_generate(target, None, ids, max_new_tokens=12, block_size=1).output_ids)
 
 
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128}
@@ -212,7 +212,7 @@ def pair():
     (dict(max_new_tokens=0), "max_new_tokens must be an integer >= 1"),
     (dict(temperature=-1.0), "temperature must be a finite number >= 0"),
     (dict(input_ids=torch.zeros(1, 0, dtype=torch.long)), "prompt is empty"),
-    (dict(input_ids=torch.zeros(2, 4, dtype=torch.long)), "one sequence at a time"),
+    (dict(input_ids=torch.zeros(2, 4, dtype=torch.long)), "one sequence"),
     (dict(input_ids=torch.zeros(1, 4)), "LongTensor"),
     (dict(input_ids=torch.tensor([[1, 500]])), "outside the target's vocabulary"),
 ])
@@ -229,11 +229,24 @@ def test_drafter_that_does_not_fit_the_target(pair):
     ids = torch.tensor([[1, 2, 3]])
     other = tiny_target(3, hidden=32, heads=2, kv_heads=1)
     with pytest.raises(ValueError, match="hidden size 32 != target hidden size 64"):
-        speculative_generate(target, random_drafter(other, 3), ids, 4)
+        speculative_generate(target, random_drafter(other, 3), ids, max_new_tokens=4)
     with pytest.raises(ValueError, match="mask_token_id 400 is outside"):
-        speculative_generate(target, random_drafter(target, 3, mask_token_id=400), ids, 4)
+        speculative_generate(target, random_drafter(target, 3, mask_token_id=400), ids,
+                             max_new_tokens=4)
     bad = make_drafter_config(target.config, target_layer_ids=[1, 7], mask_token_id=5)
     with pytest.raises(ValueError, match=r"name layers \[7\]"):
-        speculative_generate(target, DFlashDrafter(bad).eval(), ids, 4)
+        speculative_generate(target, DFlashDrafter(bad).eval(), ids, max_new_tokens=4)
     with pytest.raises(ValueError, match="needs a drafter"):
-        speculative_generate(target, None, ids, 4, block_size=4)
+        speculative_generate(target, None, ids, max_new_tokens=4, block_size=4)
+
+
+def test_load_drafter_names_a_missing_folder_not_the_network(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "file.txt").write_text("x")
+    (tmp_path / "empty").mkdir()
+    for name, said in [("./missing", "No such folder"), ("a/b/c", "No such folder"),
+                       ("file.txt", "is a file"), ("empty", "has no config.json")]:
+        with pytest.raises(FileNotFoundError, match=said) as err:
+            load_drafter(name)
+        assert "load_drafter takes a folder" in str(err.value) and "network" not in str(err.value)

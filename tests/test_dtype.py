@@ -19,8 +19,7 @@ from minidflash.decoding import greedy_choice
 from minidflash.drafter import load_drafter
 from minidflash.target import load_target, resolve_dtype
 from minidflash.tools.measure import methods
-from minidflash.tree import tree_generate
-from minidflash.verifier import speculative_generate
+from minidflash.verifier import speculative_generate, speculative_generate_batch
 from tests import helpers
 
 PROMPTS = [[1, 5, 9, 14, 3], [2, 7, 7, 30, 11, 4], [3, 40, 41, 42], [9, 8, 7, 6, 5, 4, 3]]
@@ -55,10 +54,10 @@ def test_draft_vocabulary_rows_follow_the_target_to_bf16():
     drafter = helpers.random_drafter(target, block_size=4)
     drafter.set_draft_vocab(list(range(0, 97, 3)))
     ids = torch.tensor([PROMPTS[0]])
-    before = speculative_generate(target, drafter, ids, 8, block_size=4)
+    before = speculative_generate(target, drafter, ids, max_new_tokens=8, block_size=4)
     target.to(torch.bfloat16)
     drafter.to(torch.bfloat16)
-    after = speculative_generate(target, drafter, ids, 8, block_size=4)
+    after = speculative_generate(target, drafter, ids, max_new_tokens=8, block_size=4)
     assert after.num_new_tokens == before.num_new_tokens == 8
     h = torch.randn(2, target.config.hidden_size, dtype=torch.bfloat16)
     assert drafter.logits(target, h).dtype == torch.bfloat16
@@ -67,7 +66,8 @@ def test_draft_vocabulary_rows_follow_the_target_to_bf16():
 def test_a_drafter_in_fp32_drafts_for_a_bf16_target():
     target = helpers.tiny_target().to(torch.bfloat16)
     drafter = helpers.random_drafter(target, block_size=4).float()
-    out = speculative_generate(target, drafter, torch.tensor([PROMPTS[1]]), 8, block_size=4)
+    out = speculative_generate(target, drafter, torch.tensor([PROMPTS[1]]), max_new_tokens=8,
+                               block_size=4)
     assert out.num_new_tokens == 8
 
 
@@ -84,7 +84,8 @@ def test_greedy_choice_decides_bf16_ties_as_an_fp32_head_would():
         exact = (h.float() @ head.weight.float().T).argmax(-1)
     assert (logits.argmax(-1) != exact).any()
     assert torch.equal(greedy_choice(logits, h, head), exact)
-    assert torch.equal(greedy_choice(logits.float(), h, head), logits.float().argmax(-1))
+    # the head's dtype decides, not the logits': upcast logits still carry the bf16 rounding
+    assert torch.equal(greedy_choice(logits.float(), h, head), exact)
     assert torch.equal(greedy_choice(logits), logits.argmax(-1))             # no hidden states
 
 
@@ -99,7 +100,7 @@ def partings(target, drafter, fp32, decode):
     out = []
     for p in PROMPTS:
         ids = torch.tensor([p])
-        plain = speculative_generate(target, None, ids, 40, block_size=1).new_ids.tolist()
+        plain = speculative_generate(target, None, ids, max_new_tokens=40, block_size=1).new_ids.tolist()
         other = decode(target, drafter, ids).new_ids.tolist()
         if other != plain:
             out.append(methods.divergence(target, ids, plain, other, fp32))
@@ -110,12 +111,12 @@ def partings(target, drafter, fp32, decode):
 def test_bf16_parts_from_plain_decoding_only_at_near_ties(bf16_pair, how):
     target, drafter, fp32 = bf16_pair
     decode = {
-        "chain": lambda t, d, ids: speculative_generate(t, d, ids, 40, block_size=8),
-        "tree": lambda t, d, ids: tree_generate(t, d, ids, 40, block_size=8, node_budget=12,
-                                                top_k=3),
-        "batch": lambda t, d, ids: speculative_generate(
-            t, d, torch.cat([ids, ids]), 40, block_size=8,
-            attention_mask=torch.ones(2, ids.shape[1], dtype=torch.long))[1],
+        "chain": lambda t, d, ids: speculative_generate(t, d, ids, max_new_tokens=40, block_size=8),
+        "tree": lambda t, d, ids: speculative_generate(t, d, ids, max_new_tokens=40, block_size=8,
+                                                       tree={"node_budget": 12, "top_k": 3}),
+        "batch": lambda t, d, ids: speculative_generate_batch(t, d, torch.cat([ids, ids]),
+                                                              max_new_tokens=40, block_size=8,
+                                                              attention_mask=torch.ones(2, ids.shape[1], dtype=torch.long))[1],
     }[how]
     for d in partings(target, drafter, fp32, decode):
         assert abs(d["gap_fp32"]) < 0.5, d
@@ -129,7 +130,8 @@ def test_a_wrong_acceptance_rule_parts_at_a_large_gap(bf16_pair, monkeypatch):
     monkeypatch.setattr(verifier, "accepted_lengths",
                         lambda block, y: (right(block, y) + 1).clamp(max=block.shape[1] - 1))
     found = partings(target, drafter, fp32,
-                     lambda t, d, ids: speculative_generate(t, d, ids, 40, block_size=8))
+                     lambda t, d, ids: speculative_generate(t, d, ids, max_new_tokens=40,
+                                                            block_size=8))
     assert found and max(abs(d["gap_fp32"]) for d in found) > 0.5
 
 
@@ -139,7 +141,7 @@ def test_a_methods_dtype_is_named_and_held_against_plain_in_that_dtype():
     assert methods.parse("generate/fp32").dtype == "float32"
     with pytest.raises(ValueError, match="one dtype"):
         methods.parse("plain/fp32/bf16")
-    with pytest.raises(ValueError, match="/argmax is for"):
+    with pytest.raises(ValueError, match="lookup:k or generate"):
         methods.parse("generate/argmax")
     specs = ["plain", "plain/bf16", "dflash:4/bf16", "dflash:4", "plain/bf16/argmax",
              "dflash:4/bf16/argmax", "generate/bf16"]
@@ -161,3 +163,26 @@ def test_a_methods_dtype_is_named_and_held_against_plain_in_that_dtype():
     for spec in specs:
         assert r[spec]["speedup_vs_fastest_plain"] <= r[spec]["speedup_same_dtype"] * 1e9
         assert r[spec]["identical_count"] == int(r[spec]["identical"])
+
+
+def test_plain_decoding_reads_the_final_state_without_every_layers():
+    """A plain bf16 step needs the final hidden state for greedy_choice, not every layer's: the
+    base model's output through the lm_head gives the causal-LM class's logits bit for bit, and
+    plain decoding asks for no hidden states (a spy on the target's forward)."""
+    from transformers import DynamicCache
+
+    from minidflash.decoding import target_pass
+    target = helpers.tiny_target().to(torch.bfloat16)
+    ids = torch.tensor([PROMPTS[1]])
+    full, states, last = target_pass(target, ids, DynamicCache(), True, True)
+    lean, none, final = target_pass(target, ids, DynamicCache(), False, True)
+    assert none is None and torch.equal(lean, full) and torch.equal(final, last)
+    asked = []
+    real = type(target).forward
+    spy = lambda self, *a, **k: asked.append(k.get("output_hidden_states")) or real(self, *a, **k)
+    type(target).forward = spy
+    try:
+        out = speculative_generate(target, None, ids, max_new_tokens=6, block_size=1)
+    finally:
+        type(target).forward = real
+    assert out.num_new_tokens == 6 and not any(asked)

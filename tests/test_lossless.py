@@ -37,7 +37,7 @@ def test_greedy_identical_random_drafter(seed, rng):
     n = rng.randint(1, 70)
     ref = plain_greedy(target, ids, n)
     for B in sorted({1, 2, 16, rng.randint(3, 15)}):
-        out = speculative_generate(target, drafter, ids, n, block_size=B)
+        out = speculative_generate(target, drafter, ids, max_new_tokens=n, block_size=B)
         assert torch.equal(out.output_ids, ref), f"block_size={B}"
         assert sum(out.acceptance_lengths) + 1 >= out.num_new_tokens
 
@@ -54,7 +54,7 @@ def test_greedy_identical_with_acceptances(seed):
     for B in range(2, 17):
         drafter = OracleDrafter(random_drafter(target, seed), padded, p_wrong=rng.random() * 0.3,
                                 seed=seed * 100 + B)
-        out = speculative_generate(target, drafter, ids, n, block_size=B)
+        out = speculative_generate(target, drafter, ids, max_new_tokens=n, block_size=B)
         assert torch.equal(out.output_ids, ref), f"block_size={B}"
         assert max(out.acceptance_lengths) <= B
     assert out.tau > 1.5  # the oracle really was accepted: the multi-token path was tested
@@ -72,7 +72,8 @@ def test_stop_token_inside_a_block(seed):
     padded = torch.cat([full, torch.zeros(1, 32, dtype=torch.long)], 1)
     for B in (2, 5, 16):
         drafter = OracleDrafter(random_drafter(target, seed), padded, p_wrong=0.1, seed=seed)
-        out = speculative_generate(target, drafter, ids, 60, block_size=B, stop_token_ids=[stop])
+        out = speculative_generate(target, drafter, ids, max_new_tokens=60, block_size=B,
+                                   stop_token_ids=[stop])
         assert torch.equal(out.output_ids, ref), f"block_size={B}"
         assert out.output_ids[0, -1] == stop
 
@@ -82,7 +83,7 @@ def test_max_new_tokens_one_and_block_larger_than_budget():
     drafter = random_drafter(target, 3)
     ids = torch.randint(0, 96, (1, 4))
     for n in (1, 2, 3, 17):
-        out = speculative_generate(target, drafter, ids, n, block_size=16)
+        out = speculative_generate(target, drafter, ids, max_new_tokens=n, block_size=16)
         assert torch.equal(out.output_ids, plain_greedy(target, ids, n))
 
 
@@ -115,7 +116,7 @@ def test_caches_are_context_only_and_cropped(monkeypatch):
 
     monkeypatch.setattr(target, "forward", target_spy)
     monkeypatch.setattr(drafter, "draft", spy)
-    out = speculative_generate(target, drafter, ids, 40, block_size=8)
+    out = speculative_generate(target, drafter, ids, max_new_tokens=40, block_size=8)
     assert torch.equal(out.output_ids, ref) and len(seen) == len(out.acceptance_lengths)
     assert len(target_caches) == len(seen) + 1 and len({id(c) for c in target_caches}) == 1
     # after the last step: every committed token but the last bonus (which is never fed)
@@ -154,8 +155,8 @@ def sample_counts(target, drafter, ids, n, seed):
     gen = torch.Generator().manual_seed(seed)
     counts = {}
     for _ in range(n):
-        out = speculative_generate(target, drafter, ids, N_NEW, block_size=3, temperature=TEMP,
-                                   generator=gen)
+        out = speculative_generate(target, drafter, ids, max_new_tokens=N_NEW, block_size=3,
+                                   temperature=TEMP, generator=gen)
         key = tuple(out.new_ids.tolist())
         counts[key] = counts.get(key, 0) + 1
     return counts
@@ -225,8 +226,8 @@ def test_sampling_with_stop_token_over_several_steps(sampling_setup):
     assert abs(sum(probs.values()) - 1) < 1e-9 and 0.3 < early < 0.7
     n, gen, counts, steps = 1500, torch.Generator().manual_seed(0), {}, []
     for _ in range(n):
-        out = speculative_generate(target, drafter, ids, N_STOP, block_size=3, temperature=TEMP,
-                                   stop_token_ids=[STOP], generator=gen)
+        out = speculative_generate(target, drafter, ids, max_new_tokens=N_STOP, block_size=3,
+                                   temperature=TEMP, stop_token_ids=[STOP], generator=gen)
         key = tuple(out.new_ids.tolist())
         counts[key] = counts.get(key, 0) + 1
         steps.append(len(out.acceptance_lengths))
@@ -248,8 +249,8 @@ def test_acceptance_rate_equals_p_draft():
     accepted, p_sum, var = 0, 0.0, 0.0
     for _ in range(40):
         ids = torch.randint(0, 5, (1, 4), generator=gen)
-        out = speculative_generate(target, drafter, ids, 40, block_size=4, temperature=1.0,
-                                   generator=gen, record_steps=True)
+        out = speculative_generate(target, drafter, ids, max_new_tokens=40, block_size=4,
+                                   temperature=1.0, generator=gen, record_steps=True)
         for s in out.steps:
             p = s["p_draft"][0]
             accepted += s["accepted"] >= 1

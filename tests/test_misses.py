@@ -30,8 +30,8 @@ def test_the_steps_it_sorts_are_the_decode_s_steps():
     r = misses.misses(model, tok, tiny_drafter, rows, 48)
     lengths = []
     for row in rows:
-        lengths += speculative_generate(model, tiny_drafter, chat_ids(tok, row["messages"]), 48,
-                                        stop_token_ids=stop_ids(tok)).acceptance_lengths
+        lengths += speculative_generate(model, tiny_drafter, chat_ids(tok, row["messages"]),
+                                        max_new_tokens=48, stop_token_ids=stop_ids(tok)).acceptance_lengths
     assert r["steps"] == len(lengths) == sum(k["steps"] for k in r["kinds"].values())
     assert r["first_slot_rejected"] == lengths.count(1) == sum(k["missed"] for k in r["kinds"].values())
     assert r["tau"] == pytest.approx(sum(lengths) / len(lengths))

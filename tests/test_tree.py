@@ -21,12 +21,13 @@ from scipy import stats
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 import minidflash.tree as tree_mod
+from minidflash.ar_drafter import ARDrafter, make_ar_config
 from minidflash import batch as ragged
-from minidflash.drafter import DFlashDrafter, check_tree, load_drafter, target_features
-from minidflash.settings import DecodingConfig
-from minidflash.tree import (accept_tree, build_tree, keep_columns, tree_attention_mask,
-                             tree_generate)
-from minidflash.verifier import cache_kwargs, speculative_generate
+from minidflash.drafter import DFlashDrafter, load_drafter, target_features
+from minidflash.settings import DecodingConfig, check_tree
+from minidflash.tree import accept_tree, build_tree, keep_columns, tree_attention_mask
+from minidflash.decoding import cache_kwargs, choose
+from minidflash.verifier import speculative_generate, speculative_generate_batch
 from minidflash.verify_cost import VerifyCost
 from tests import helpers
 from tests.helpers import random_drafter, tiny_target
@@ -232,9 +233,9 @@ def test_greedy_identical_random_drafter(seed):
     full = plain_greedy(target, ids, n)
     stop = int(full[0, rng.randrange(ids.shape[1], full.shape[1])])
     ref = plain_greedy(target, ids, n, stop=stop)
-    for budget, k in [(0, 1), (B - 1, 1), (8, 4), (rng.randint(1, 30), rng.randint(1, 8))]:
-        out = tree_generate(target, drafter, ids, n, block_size=B, node_budget=budget, top_k=k,
-                            stop_token_ids=[stop])
+    for budget, k in [(1, 1), (B - 1, 1), (8, 4), (rng.randint(1, 30), rng.randint(1, 8))]:
+        out = speculative_generate(target, drafter, ids, max_new_tokens=n, block_size=B,
+                                   stop_token_ids=[stop], tree={"node_budget": budget, "top_k": k})
         assert torch.equal(out.output_ids, ref), f"B={B} budget={budget} top_k={k}"
 
 
@@ -255,13 +256,13 @@ def test_greedy_identical_with_accepted_paths(seed):
     tau, B_chain = {}, rng.randint(3, 16)
     for budget, k, B in [(8, 2, 8), (16, 4, 16), (32, 3, 12), (B_chain - 1, 1, B_chain)]:
         drafter = BoostedDrafter(base, padded, 0.6, 0.3, seed)
-        out = tree_generate(target, drafter, ids, n, block_size=B, node_budget=budget, top_k=k,
-                            stop_token_ids=stops)
+        out = speculative_generate(target, drafter, ids, max_new_tokens=n, block_size=B,
+                                   stop_token_ids=stops, tree={"node_budget": budget, "top_k": k})
         assert torch.equal(out.output_ids, ref), f"budget={budget} top_k={k} B={B}"
         assert max(out.acceptance_lengths) <= B and len(out.drafted) == out.num_new_tokens
         tau[budget, k] = out.tau
-    chain = speculative_generate(target, BoostedDrafter(base, padded, 0.6, 0.3, seed), ids, n,
-                                 block_size=16, stop_token_ids=stops)
+    chain = speculative_generate(target, BoostedDrafter(base, padded, 0.6, 0.3, seed), ids,
+                                 max_new_tokens=n, block_size=16, stop_token_ids=stops)
     assert torch.equal(chain.output_ids, ref)
     assert tau[16, 4] > 1.5                     # paths were accepted: multi-token steps tested
     assert tau[16, 4] > chain.tau               # and branches beyond the chain's
@@ -274,10 +275,11 @@ def test_top_k_one_is_the_chain():
     padded = torch.cat([ref, torch.zeros(1, 32, dtype=torch.long)], 1)
     base = random_drafter(target, 4)
     for B in (4, 16):
-        tree = tree_generate(target, BoostedDrafter(base, padded, 0.8, 0.0, 1), ids, 60,
-                             block_size=B, node_budget=B - 1, top_k=1)
-        chain = speculative_generate(target, BoostedDrafter(base, padded, 0.8, 0.0, 1), ids, 60,
-                                     block_size=B)
+        tree = speculative_generate(target, BoostedDrafter(base, padded, 0.8, 0.0, 1), ids,
+                                    max_new_tokens=60, block_size=B,
+                                    tree={"node_budget": B - 1, "top_k": 1})
+        chain = speculative_generate(target, BoostedDrafter(base, padded, 0.8, 0.0, 1), ids,
+                                     max_new_tokens=60, block_size=B)
         assert torch.equal(tree.output_ids, ref) and torch.equal(chain.output_ids, ref)
         assert tree.acceptance_lengths == chain.acceptance_lengths and tree.tau > 1.5
 
@@ -289,7 +291,8 @@ def test_drafter_context_is_the_committed_features():
     ids = torch.randint(0, 88, (1, 7))
     ref = plain_greedy(target, ids, 50)
     drafter = BoostedDrafter(random_drafter(target, 6), torch.cat([ref, ref], 1), 0.5, 0.4, 2)
-    out = tree_generate(target, drafter, ids, 50, block_size=8, node_budget=12, top_k=3)
+    out = speculative_generate(target, drafter, ids, max_new_tokens=50, block_size=8,
+                               tree={"node_budget": 12, "top_k": 3})
     assert torch.equal(out.output_ids, ref) and out.tau > 1.5
     with torch.no_grad():
         states = target(out.output_ids, output_hidden_states=True).hidden_states
@@ -320,8 +323,8 @@ def test_greedy_identical_with_the_cost_model(seed):
     sizes = {}
     for cost, p_first in [(STEEP, 0.3), (STEEP, 0.8), (flat, 0.5)]:
         drafter = BoostedDrafter(base, padded, p_first, 0.2, seed)
-        out = tree_generate(target, drafter, ids, n, block_size=8, node_budget=11, top_k=3,
-                            cost=cost)
+        out = speculative_generate(target, drafter, ids, max_new_tokens=n, block_size=8, cost=cost,
+                                   tree={"node_budget": 11, "top_k": 3})
         assert torch.equal(out.output_ids, ref), (cost, p_first)
         assert len(drafter.calls) <= len(out.acceptance_lengths)
         for start, hidden, cached in drafter.calls:
@@ -348,34 +351,41 @@ def test_a_drafters_default_tree_is_what_a_plain_call_verifies(tmp_path):
 
     def with_tree():
         drafter = boosted()
-        drafter.tree = {"node_budget": 12, "top_k": 3}
+        drafter.decoding = DecodingConfig(tree={"node_budget": 12, "top_k": 3})
         return drafter
-    default = speculative_generate(target, with_tree(), ids, 50)
-    want = tree_generate(target, boosted(), ids, 50, node_budget=12, top_k=3)
-    chain = speculative_generate(target, boosted(), ids, 50)
+    default = speculative_generate(target, with_tree(), ids, max_new_tokens=50)
+    want = speculative_generate(target, boosted(), ids, max_new_tokens=50,
+                                tree={"node_budget": 12, "top_k": 3})
+    chain = speculative_generate(target, boosted(), ids, max_new_tokens=50)
     assert torch.equal(default.output_ids, ref) and torch.equal(want.output_ids, ref)
     assert default.acceptance_lengths == want.acceptance_lengths != chain.acceptance_lengths
     for kwargs, runs in [({"block_size": 8}, want), ({"p_min": 0.0}, want),
                          ({"config": DecodingConfig(tree={"node_budget": 12, "top_k": 3})}, want),
                          ({"tree": False}, chain), ({"config": DecodingConfig()}, chain)]:
-        out = speculative_generate(target, with_tree(), ids, 50, **kwargs)
+        out = speculative_generate(target, with_tree(), ids, max_new_tokens=50, **kwargs)
         assert out.acceptance_lengths == runs.acceptance_lengths, kwargs
-    shallow = speculative_generate(target, with_tree(), ids, 50, block_size=4)
+    shallow = speculative_generate(target, with_tree(), ids, max_new_tokens=50, block_size=4)
     assert torch.equal(shallow.output_ids, ref) and max(shallow.acceptance_lengths) <= 4
-    plain = speculative_generate(target, with_tree(), ids, 50, block_size=1)
+    plain = speculative_generate(target, with_tree(), ids, max_new_tokens=50, block_size=1)
     assert torch.equal(plain.output_ids, ref) and set(plain.acceptance_lengths) == {1}
     drafter = with_tree()
-    for kwargs, match in [({"p_min": 0.3}, "a chain's"), ({"record_steps": True}, "a chain's"),
-                          ({"tree": True, "attention_mask": torch.ones_like(ids)}, "one sequence"),
-                          ({"tree": {"node_budget": 0, "top_k": 2}}, "integers >= 1")]:
+    for kwargs in ({"p_min": 0.3}, {"record_steps": True}):   # a chain's settings select a chain
+        out = speculative_generate(target, drafter, ids, max_new_tokens=5, **kwargs)
+        assert out.config.tree is None and "default tree is not used" in out.config.describe(
+            target, drafter) and "a chain's" in out.config.describe(target, drafter)
+    with pytest.raises(ValueError, match="a chain's"):        # one config naming both: refused
+        DecodingConfig(tree={"node_budget": 12, "top_k": 3}, p_min=0.3)
+    with pytest.raises(ValueError, match="one sequence"):
+        speculative_generate_batch(target, drafter, ids, max_new_tokens=5, tree=True)
+    for kwargs, match in [({"tree": {"node_budget": 0, "top_k": 2}}, "integers >= 1")]:
         with pytest.raises(ValueError, match=match):
-            speculative_generate(target, drafter, ids, 5, **kwargs)
+            speculative_generate(target, drafter, ids, max_new_tokens=5, **kwargs)
     with pytest.raises(ValueError, match="has none"):
-        speculative_generate(target, base, ids, 5, tree=True)
+        speculative_generate(target, base, ids, max_new_tokens=5, tree=True)
     drafter.save_pretrained(tmp_path / "d")
-    assert load_drafter(tmp_path / "d").tree == {"node_budget": 12, "top_k": 3}
+    assert load_drafter(tmp_path / "d").decoding.tree == {"node_budget": 12, "top_k": 3}
     (tmp_path / "d" / "decoding.json").write_text('{"tree": {"node_budget": 8}}')
-    with pytest.raises(ValueError, match="decoding.json.*default tree"):
+    with pytest.raises(ValueError, match="decoding.json.*a tree is"):
         load_drafter(tmp_path / "d")
 
 
@@ -383,15 +393,19 @@ def test_refuses_bad_arguments():
     target = tiny_target(0, vocab=61, layers=2)
     drafter = random_drafter(target, 0, block_size=8)
     ids = torch.randint(0, 60, (1, 4))
-    for kwargs, match in [({"node_budget": -1}, "node_budget"), ({"top_k": 0}, "top_k"),
-                          ({"block_size": 1}, "block_size"), ({"block_size": 9}, "block_size"),
-                          ({"temperature": -1.0}, "temperature")]:
+    tree = {"node_budget": 7, "top_k": 4}
+    for kwargs, match in [({"tree": {"node_budget": -1, "top_k": 4}}, "node_budget"),
+                          ({"tree": {"node_budget": 7, "top_k": 0}}, "top_k"),
+                          ({"tree": {"node_budget": 10_000, "top_k": 4}}, "node_budget 10000"),
+                          ({"tree": tree, "block_size": 9}, "block_size"),
+                          ({"tree": tree, "temperature": -1.0}, "temperature")]:
         with pytest.raises(ValueError, match=match):
-            tree_generate(target, drafter, ids, 5, **kwargs)
-    with pytest.raises(ValueError, match="one sequence at a time"):
-        tree_generate(target, drafter, ids.repeat(2, 1), 5)
+            speculative_generate(target, drafter, ids, max_new_tokens=5, **kwargs)
+    with pytest.raises(ValueError, match="one sequence"):
+        speculative_generate(target, drafter, ids.repeat(2, 1), max_new_tokens=5, tree=tree)
     with pytest.raises(ValueError, match="DFlash drafter"):
-        tree_generate(target, None, ids, 5)
+        speculative_generate(target, ARDrafter(make_ar_config(target.config)).eval(), ids,
+                             max_new_tokens=5, block_size=4, tree=tree)
 
 
 def test_out_of_vocabulary_prompt_is_a_clear_error():
@@ -402,12 +416,15 @@ def test_out_of_vocabulary_prompt_is_a_clear_error():
     for bad in (61, -1):
         ids = torch.tensor([[3, bad, 5]])
         with pytest.raises(ValueError, match="outside the target's vocabulary 0..60"):
-            tree_generate(target, drafter, ids, 5)
+            speculative_generate(target, drafter, ids, max_new_tokens=5,
+                                 tree={"node_budget": drafter.block_size - 1, "top_k": 4})
         with pytest.raises(ValueError, match="outside the target's vocabulary 0..60"):
-            speculative_generate(target, drafter, ids, 5, tree={"node_budget": 4, "top_k": 2})
+            speculative_generate(target, drafter, ids, max_new_tokens=5,
+                                 tree={"node_budget": 4, "top_k": 2})
     for ids in (torch.tensor([[3.0, 4.0]]), torch.tensor([3, 4])):       # a float, a 1D prompt
         with pytest.raises(ValueError, match="LongTensor"):
-            tree_generate(target, drafter, ids, 5)
+            speculative_generate(target, drafter, ids, max_new_tokens=5,
+                                 tree={"node_budget": drafter.block_size - 1, "top_k": 4})
 
 
 def test_tree_refuses_nan_temperature():
@@ -416,13 +433,9 @@ def test_tree_refuses_nan_temperature():
     target = tiny_target(0, vocab=61, layers=2)
     drafter = random_drafter(target, 0, block_size=8)
     ids = torch.randint(0, 60, (1, 4))
-    for temperature in (float("nan"), float("inf"), "0.5", None, True):
+    for temperature in (float("nan"), float("inf"), "0.5", True):
         with pytest.raises(ValueError, match="temperature must be a finite number"):
-            tree_generate(target, drafter, ids, 5, temperature=temperature)
-        if temperature is None:            # speculative_generate: None is the config's (0)
-            continue
-        with pytest.raises(ValueError, match="temperature must be a finite number"):
-            speculative_generate(target, drafter, ids, 5, temperature=temperature,
+            speculative_generate(target, drafter, ids, max_new_tokens=5, temperature=temperature,
                                  tree={"node_budget": 4, "top_k": 2})
 
 
@@ -432,7 +445,8 @@ def test_chain_refuses_nan_temperature():
     drafter = random_drafter(target, 0, block_size=8)
     ids = torch.randint(0, 60, (1, 4))
     with pytest.raises(ValueError, match="temperature must be a finite number"):
-        speculative_generate(target, drafter, ids, 5, tree=False, temperature=float("nan"))
+        speculative_generate(target, drafter, ids, max_new_tokens=5, tree=False,
+                             temperature=float("nan"))
 
 
 def test_a_bool_is_not_a_node_budget_or_top_k():
@@ -441,9 +455,9 @@ def test_a_bool_is_not_a_node_budget_or_top_k():
     target = tiny_target(0, vocab=61, layers=2)
     drafter = random_drafter(target, 0, block_size=8)
     ids = torch.randint(0, 60, (1, 4))
-    for kwargs, match in [({"node_budget": True}, "node_budget"), ({"top_k": True}, "top_k")]:
-        with pytest.raises(ValueError, match=match):
-            tree_generate(target, drafter, ids, 5, **kwargs)
+    for tree in ({"node_budget": True, "top_k": 4}, {"node_budget": 7, "top_k": True}):
+        with pytest.raises(ValueError, match="integers >= 1"):
+            speculative_generate(target, drafter, ids, max_new_tokens=5, tree=tree)
     for tree in ({"node_budget": True, "top_k": 2}, {"node_budget": 4, "top_k": True}):
         with pytest.raises(ValueError, match="integers >= 1"):
             check_tree(tree)
@@ -473,9 +487,9 @@ def sampled_pvalue(target, drafter, ids, probs, n=1500, cost=None, sizes=None, t
     fewer than 5 times are pooled into one bin. With a cost, the trees' sizes go into ``sizes``."""
     gen, counts, accepted = torch.Generator().manual_seed(0), {}, 0
     for _ in range(n):
-        out = tree_generate(target, drafter, ids, N_STOP, block_size=3, node_budget=5, top_k=2,
-                            temperature=temperature, stop_token_ids=[STOP], generator=gen,
-                            cost=cost)
+        out = speculative_generate(target, drafter, ids, max_new_tokens=N_STOP, block_size=3,
+                                   temperature=temperature, stop_token_ids=[STOP], generator=gen,
+                                   cost=cost, tree={"node_budget": 5, "top_k": 2})
         key = tuple(out.new_ids.tolist())
         counts[key] = counts.get(key, 0) + 1
         accepted += sum(out.drafted)
@@ -513,7 +527,7 @@ def wrong_accept_tree(tokens, parents, logits, temperature=0.0, generator=None, 
     (the first listed) instead of the child that holds the sample."""
     path, node = [], 0
     while True:
-        y = tree_mod.sample(logits[node], temperature, generator)
+        y = int(tree_mod.choose(logits[node][None, None], temperature, generator)[0, 0])
         kids = [i + 1 for i, p in enumerate(parents.tolist()) if p + 1 == node]
         if y not in [int(tokens[i - 1]) for i in kids]:
             return path, y
@@ -542,15 +556,13 @@ def test_sampling_at_another_temperature_matches_target_distribution(sampling_se
     assert sampled_pvalue(target, drafter, ids, cold_probs, temperature=COLD) > 1e-3
 
 
-def sample_ignoring_temperature(logits, temperature, generator=None):
+def choose_ignoring_temperature(logits, temperature, generator=None, hidden=None, head=None):
     """A plausible bug: every T > 0 draws from softmax(logits), as at T = 1."""
-    if temperature == 0:
-        return int(logits.argmax())
-    return int(torch.multinomial(torch.softmax(logits.float(), -1), 1, generator=generator))
+    return choose(logits, min(temperature, 1.0) and 1.0, generator, hidden, head)
 
 
 def test_ignored_temperature_is_caught(sampling_setup, cold_probs, monkeypatch):
     """The T = 0.5 test, same seed and size, rejects a tree that samples at T = 1: it has power."""
     target, drafter, ids, _ = sampling_setup
-    monkeypatch.setattr(tree_mod, "sample", sample_ignoring_temperature)
+    monkeypatch.setattr(tree_mod, "choose", choose_ignoring_temperature)
     assert sampled_pvalue(target, drafter, ids, cold_probs, temperature=COLD) < 1e-6

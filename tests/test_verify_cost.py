@@ -106,8 +106,8 @@ def test_greedy_identical_for_every_cost_curve(seed):
     skipped = longest = 0
     for B, cost, p in itertools.product((2, 5, 16), (STEEP, FLAT, random_cost(rng)), (0.0, 0.4)):
         for ids, ref in zip(prompts, want):
-            out = speculative_generate(target, drafter, ids, n, block_size=B, cost=cost,
-                                       p_min=p, record_steps=True)
+            out = speculative_generate(target, drafter, ids, max_new_tokens=n, block_size=B,
+                                       cost=cost, p_min=p, record_steps=True)
             assert torch.equal(out.output_ids, ref), (B, cost, p)
             for step, m in zip(out.steps, out.verified):
                 if "q" not in step:                       # a skipped draft: a plain step
@@ -158,8 +158,8 @@ def test_trust_reads_only_earlier_steps_and_keeps_greedy_identical(seed):
     cost = VerifyCost(STEEP.verify, STEEP.draft, max_skip=2, trust_weight=0.3)
     differs = False
     for ids, ref in zip(prompts, want):
-        out = speculative_generate(target, drafter, ids, 60, block_size=8, cost=cost,
-                                   record_steps=True)
+        out = speculative_generate(target, drafter, ids, max_new_tokens=60, block_size=8,
+                                   cost=cost, record_steps=True)
         assert torch.equal(out.output_ids, ref)
         trust = Trust(0.3)
         for step, m in zip(out.steps, out.verified):
@@ -178,7 +178,8 @@ def test_flat_cost_verifies_the_whole_block():
     ids = torch.randint(0, 88, (1, 9))
     refs, _ = references(target, [ids], 40)
     drafter = DoubtfulOracle(random_drafter(target, 3), refs, p_wrong=[0.2], seed=3)
-    assert set(speculative_generate(target, drafter, ids, 40, block_size=6, cost=FLAT).verified) == {5}
+    assert set(speculative_generate(target, drafter, ids, max_new_tokens=40, block_size=6,
+                                    cost=FLAT).verified) == {5}
 
 
 @pytest.fixture(scope="module")
@@ -193,7 +194,7 @@ def test_a_skipped_draft_leaves_the_drafters_context_whole(shipped):
     ids = torch.tensor([[int(t) for t in torch.randint(3, 200, (24,), generator=torch.Generator()
                                                         .manual_seed(1))]])
     cost = VerifyCost((1.0, 1.9, 2.3, 1.8, 2.0, 2.0, 2.1, 2.2), draft=0.3, max_skip=4)
-    out = speculative_generate(target, drafter, ids, 60, block_size=8, cost=cost,
+    out = speculative_generate(target, drafter, ids, max_new_tokens=60, block_size=8, cost=cost,
                                record_steps=True)
     assert torch.equal(out.output_ids, references(target, [ids], 60)[1][0])
     drafted = [s for s in out.steps if "q" in s]
@@ -221,8 +222,8 @@ def test_batch_rows_pick_their_own_lengths(seed):
                              seed=seed)
     from minidflash.batch import left_pad
     ids, mask = left_pad(prompts)
-    rows = speculative_generate_batch(target, drafter, ids, 40, mask, block_size=8,
-                                      cost=VerifyCost(STEEP.verify, 0.0, max_skip=0))
+    rows = speculative_generate_batch(target, drafter, ids, max_new_tokens=40, attention_mask=mask,
+                                      block_size=8, cost=VerifyCost(STEEP.verify, 0.0, max_skip=0))
     for row, ref in zip(rows, want):
         assert torch.equal(row.output_ids, ref)
     assert len({tuple(r.verified) for r in rows}) == 3
@@ -237,8 +238,9 @@ def test_sampling_with_the_cost_model_matches_the_target(sampling_setup, trust):
     cost = VerifyCost((1.0, 1.5, 1.7, 1.9), draft=0.05, max_skip=1, trust_weight=trust)
     n, gen, counts, lengths = 1500, torch.Generator().manual_seed(0), {}, []
     for _ in range(n):
-        out = speculative_generate(target, drafter, ids, N_NEW, block_size=4, temperature=TEMP,
-                                   stop_token_ids=[STOP], generator=gen, cost=cost)
+        out = speculative_generate(target, drafter, ids, max_new_tokens=N_NEW, block_size=4,
+                                   temperature=TEMP, stop_token_ids=[STOP], generator=gen,
+                                   cost=cost)
         key = tuple(out.new_ids.tolist())
         counts[key] = counts.get(key, 0) + 1
         lengths += out.verified
@@ -258,22 +260,22 @@ def test_a_drafters_files_carry_its_cost_curve(tmp_path):
     saved = json.loads((tmp_path / "d" / "decoding.json").read_text())
     assert saved == {"cost": {"by_threads": {"1": STEEP.to_dict(), "2": FLAT.to_dict()}}}
     loaded = load_drafter(tmp_path / "d", target=target)
-    assert loaded.costs == {(None, 1): STEEP, (None, 2): FLAT} and loaded.p_min == 0.0
+    assert loaded.costs == {(None, 1): STEEP, (None, 2): FLAT} and loaded.decoding.p_min == 0.0
     assert for_threads(loaded.costs, 1) == STEEP and for_threads(loaded.costs, 16) == FLAT
     ids = torch.randint(0, 96, (1, 8))
     threads = torch.get_num_threads()
     try:
         for n, cost in ((1, STEEP), (2, FLAT)):               # the curve of torch's thread count
             torch.set_num_threads(n)
-            default = speculative_generate(target, loaded, ids, 20)
-            assert default.verified == speculative_generate(target, loaded, ids, 20,
+            default = speculative_generate(target, loaded, ids, max_new_tokens=20)
+            assert default.verified == speculative_generate(target, loaded, ids, max_new_tokens=20,
                                                             cost=cost).verified
     finally:
         torch.set_num_threads(threads)
-    assert set(speculative_generate(target, loaded, ids, 20, cost=False).verified) == {15}
+    assert set(speculative_generate(target, loaded, ids, max_new_tokens=20, cost=False).verified) == {15}
     saved["cost"] = STEEP.to_dict() | {"verify": [3.0, 4.0]}
     (tmp_path / "d" / "decoding.json").write_text(json.dumps(saved))
     with pytest.raises(ValueError, match="decoding.json: verify cost is in units"):
         load_drafter(tmp_path / "d", target=target)
     with pytest.raises(ValueError, match="cost must be True .* or a VerifyCost"):
-        speculative_generate(target, drafter, ids, 5, cost=[1.0, 2.0])
+        speculative_generate(target, drafter, ids, max_new_tokens=5, cost=[1.0, 2.0])

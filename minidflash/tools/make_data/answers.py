@@ -139,9 +139,9 @@ def torch_answers(target, rows: list[torch.Tensor], max_new_tokens: int, stops: 
     for s in range(0, len(order), batch_size):
         idx = order[s:s + batch_size]
         ids, mask = left_pad([rows[i] for i in idx])
-        done = speculative_generate_batch(target, None, ids, max_new_tokens, mask, block_size=1,
-                                          stop_token_ids=stops, temperature=temperature,
-                                          generator=generator)
+        done = speculative_generate_batch(target, None, ids, max_new_tokens=max_new_tokens,
+                                          attention_mask=mask, block_size=1, stop_token_ids=stops,
+                                          temperature=temperature, generator=generator)
         for i, r in zip(idx, done):
             out[i] = {"ids": torch.cat([rows[i], r.new_ids]), "response_start": len(rows[i])}
     return out

@@ -142,8 +142,9 @@ def magpie_requests(target, tokenizer, n: int, seed: int = 0, temperature: float
         ids = tokenizer(pre_query(tokenizer, system), add_special_tokens=False,
                         return_tensors="pt")["input_ids"].to(target.device)
         rows = speculative_generate_batch(target, None, ids.expand(batch_size, -1).contiguous(),
-                                          max_new_tokens, block_size=1, temperature=temperature,
-                                          stop_token_ids=stops, generator=gen)
+                                          max_new_tokens=max_new_tokens, block_size=1,
+                                          temperature=temperature, stop_token_ids=stops,
+                                          generator=gen)
         for r in rows:
             sampled += 1
             toks = r.new_ids.tolist()

@@ -74,7 +74,7 @@ def main(argv=None):
         t0 = time.time()
         run = train(cfg, target=target, tokenizer=tokenizer, data=data, progress=False)
         warm_up(target, tokenizer, run["drafter"], test_sizes)
-        bench = run_suite(target, tokenizer, run["drafter"], rows, test_sizes, 256, 0.0, progress=False)
+        bench = run_suite(target, tokenizer, run["drafter"], rows, test_sizes, 256, progress=False)
         results["variants"][name] = {
             "change": change, "train_s": round(time.time() - t0, 1), "command": command,
             "threads": torch.get_num_threads(),

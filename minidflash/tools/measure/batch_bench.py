@@ -41,12 +41,13 @@ def decode_batch(target, drafter, prompts, block_size, max_new_tokens, stops, ba
     """(new tokens summed over rows, decode seconds, rows' outputs, rows' tau) of one batch."""
     draft = drafter if block_size > 1 else None
     if len(prompts) == 1 and not batched:
-        results = [speculative_generate(target, draft, prompts[0], max_new_tokens,
+        results = [speculative_generate(target, draft, prompts[0], max_new_tokens=max_new_tokens,
                                         block_size=block_size, stop_token_ids=stops, tree=False)]
     else:
         ids, mask = left_pad(prompts)
-        results = speculative_generate_batch(target, draft, ids, max_new_tokens, mask,
-                                             block_size=block_size, stop_token_ids=stops)
+        results = speculative_generate_batch(target, draft, ids, max_new_tokens=max_new_tokens,
+                                             attention_mask=mask, block_size=block_size,
+                                             stop_token_ids=stops)
     tokens = sum(r.num_new_tokens for r in results)
     seconds = max(r.decode_time for r in results)      # the batch ends with its last row
     return tokens, seconds, [r.new_ids for r in results], [r.tau for r in results]
@@ -105,7 +106,7 @@ def run(target, tokenizer, drafter, suites, batch_sizes, threads, n, block_size,
     if n < max(batch_sizes):
         raise ValueError(f"--n {n} prompts cannot fill a batch of {max(batch_sizes)}: use --n >= "
                          f"{max(batch_sizes)} (a multiple of every batch size keeps them equal).")
-    results = {"command": command, "block_size": block_size, "p_min": drafter.p_min, "n": n,
+    results = {"command": command, "block_size": block_size, "p_min": drafter.decoding.p_min, "n": n,
                "split": split,
                "max_new_tokens": max_new_tokens, "batch_sizes": batch_sizes, "threads": threads,
                "drafter_layers": drafter.config.num_hidden_layers,

@@ -33,6 +33,7 @@ from ...decoding import cache_kwargs, crop_cache
 from ...config import TINY_DRAFTER_DIR, TINY_TARGET_DIR, repo_relative
 from ...drafter import load_drafter
 from ...target import chat_ids, load_target, stop_ids
+from ...settings import DecodingConfig, add_flags, flag_fields
 from ...verifier import speculative_generate
 from .. import common
 from ..common import (add_dtype, add_threads, check_suites, correct, count, median_ms,
@@ -40,8 +41,11 @@ from ..common import (add_dtype, add_threads, check_suites, correct, count, medi
 from ..make_data.overlap import split_label
 
 
-def run_suite(target, tokenizer, drafter, rows, block_sizes, max_new_tokens, temperature,
-              seed=0, progress=True, p_min=None) -> dict:
+def run_suite(target, tokenizer, drafter, rows, block_sizes, max_new_tokens, seed=0,
+              progress=True, **fields) -> dict:
+    """Plain decoding against each block size, prompt by prompt in turn; ``fields``: any other
+    DecodingConfig fields (the command line's), over the drafter's decoding.json."""
+    temperature = fields.get("temperature", 0.0)
     stops = stop_ids(tokenizer)
     per = {b: {"tpot": [], "tau": [], "tokens": [], "time": [], "draft": [], "verify": [],
                "lengths": [], "correct": []} for b in [1, *block_sizes]}
@@ -51,9 +55,9 @@ def run_suite(target, tokenizer, drafter, rows, block_sizes, max_new_tokens, tem
         outs = {}
         for b in ([1, *block_sizes] if i % 2 == 0 else [*block_sizes, 1]):   # alternate order
             gen = torch.Generator().manual_seed(seed + i)
-            o = speculative_generate(target, drafter if b > 1 else None, ids, max_new_tokens,
-                                     block_size=b, temperature=temperature,
-                                     stop_token_ids=stops, generator=gen, p_min=p_min)
+            o = speculative_generate(target, drafter if b > 1 else None, ids, generator=gen,
+                                     **{**fields, "max_new_tokens": max_new_tokens,
+                                        "block_size": b, "stop_token_ids": stops})
             outs[b] = o
             p = per[b]
             p["tpot"].append(o.tpot)
@@ -93,7 +97,8 @@ def warm_up(target, tokenizer, drafter, block_sizes) -> None:
     allocations and dispatch that no later call pays."""
     warm = chat_ids(tokenizer, [{"role": "user", "content": "warm up"}])
     for b in [1, *block_sizes]:
-        speculative_generate(target, drafter if b > 1 else None, warm, 32, block_size=b)
+        speculative_generate(target, drafter if b > 1 else None, warm, max_new_tokens=32,
+                             block_size=b)
 
 
 def plot(results: dict, path: Path) -> None:
@@ -201,10 +206,6 @@ def main(argv=None) -> dict:
                         f"{common.DEV_PROMPTS}, where settings are chosen) or all")
     p.add_argument("--block-sizes", type=int, nargs="+", default=None,
                    help="block sizes against plain decoding (default: the drafter's)")
-    p.add_argument("--p-min", type=float, default=None,
-                   help="the confidence cut (default: the drafter's decoding.json, else 0: none)")
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--target", default=None)
     add_dtype(p)
     p.add_argument("--drafter", default=None)
@@ -226,7 +227,18 @@ def main(argv=None) -> dict:
     p.add_argument("--full-vocab", action="store_true",
                    help="ignore the drafter's draft_vocab.json and draft over the whole vocabulary "
                         "(what an engine that does not read the file does)")
+    add_flags(p, skip=("block_size", "record_steps"))
     a = p.parse_args(argv)
+    fields = flag_fields(a, skip=("block_size", "record_steps", "max_new_tokens"))
+    a.max_new_tokens = a.max_new_tokens or DecodingConfig().max_new_tokens
+    try:
+        DecodingConfig(**fields)
+    except ValueError as e:
+        p.error(str(e))
+    if fields and (a.methods or a.draft_cost or a.step_times or a.batch_sizes):
+        p.error(f"--{next(iter(fields)).replace('_', '-')}: with --methods each method names its "
+                f"decoding in its text (e.g. dflash:8/p0.3/T0.7); --draft-cost, --step-times and "
+                f"--batch-sizes time passes, not a decoding")
     if len(a.threads) > 1 and not (a.step_times or a.batch_sizes):
         p.error(f"--threads {' '.join(map(str, a.threads))}: several thread counts only with "
                 f"--step-times or --batch-sizes; run a benchmark once per count")
@@ -260,8 +272,9 @@ def main(argv=None) -> dict:
         except ValueError as e:
             p.error(str(e))
     a.block_sizes = a.block_sizes or [drafter.block_size]
-    p_min = drafter.p_min if a.p_min is None else a.p_min
-    results = {"block_sizes": a.block_sizes, "p_min": p_min, "temperature": a.temperature,
+    config = DecodingConfig.of(drafter).override(**fields)
+    results = {"block_sizes": a.block_sizes, "decoding": str(config),
+               "p_min": config.p_min, "temperature": config.temperature,
                "max_new_tokens": a.max_new_tokens, "n": a.n, "split": a.split,
                "threads": torch.get_num_threads(),
                "drafter_layers": drafter.config.num_hidden_layers,
@@ -273,7 +286,7 @@ def main(argv=None) -> dict:
     for suite in a.suites:
         rows = suite_rows(suite, a)
         results["suites"][suite] = r = run_suite(target, tokenizer, drafter, rows, a.block_sizes,
-                                                 a.max_new_tokens, a.temperature, p_min=p_min)
+                                                 a.max_new_tokens, **fields)
         r["prompts_used"] = split_label(suite, a.split, len(rows))
         for b, s in r["block_sizes"].items():
             acc = "" if s["accuracy"] is None else f"  accuracy {s['accuracy']:.2f} (plain {r['plain_accuracy']:.2f})"

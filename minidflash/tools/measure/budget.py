@@ -34,7 +34,8 @@ import torch
 from transformers import DynamicCache
 
 from ...decoding import cache_kwargs, crop_cache
-from ...drafter import check_tree, load_drafter
+from ...drafter import load_drafter
+from ...settings import check_tree
 from ...target import chat_ids, describe_machine, load_target, stop_ids
 from ...verifier import speculative_generate
 from ...verify_cost import VerifyCost, costs_from_dict, costs_to_dict
@@ -151,8 +152,9 @@ def calibration(target, tokenizer, drafter, rows, max_new_tokens: int, block_siz
     no_cut = 1e-9
     for row in rows:
         out = speculative_generate(target, drafter, chat_ids(tokenizer, row["messages"]),
-                                   max_new_tokens, block_size=B, stop_token_ids=stops,
-                                   record_steps=True, p_min=no_cut, cost=False, tree=False)
+                                   max_new_tokens=max_new_tokens, block_size=B,
+                                   stop_token_ids=stops, record_steps=True, p_min=no_cut,
+                                   cost=False)
         for step in out.steps:
             product = 1.0
             for j, q in enumerate(step["q"]):

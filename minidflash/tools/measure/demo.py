@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 
 import torch
 
 from ...config import PAPER, PROMPTS_DIR, TINY_DRAFTER_DIR
 from ...drafter import DFlashDrafter, load_drafter, make_drafter_config
 from ...target import chat_ids, load_target, stop_ids
+from ...settings import DecodingConfig, add_flags, flag_fields
 from ...verifier import speculative_generate
 from ..common import add_dtype, add_threads, check_suites, count, read_jsonl
 from .methods import divergence, load_targets
@@ -52,9 +54,11 @@ def check_parting(target, ids, plain: list, other: list, fp32=None) -> None:
                          "is broken")
 
 
-def introduction(block_size: int, mode: str, threads: int, dtype: str = "float32") -> str:
+def introduction(block_size: int, mode: str, threads: int, dtype: str = "float32",
+                 said: str = "") -> str:
     return "\n".join([
         RULE,
+        *([f"This run: {said}"] if said else []),
         f"DFlash: the drafter proposes {block_size - 1} tokens in ONE pass; the target checks them in",
         "ONE pass and keeps the longest prefix it agrees with, plus one token of its own.",
         "tau = tokens committed per target pass (1 for plain decoding, at most the block size).",
@@ -78,21 +82,28 @@ def demo(args) -> None:
     drafter = get_drafter(args.drafter, target, tokenizer)
     rows = [row for suite in args.suites
             for row in read_jsonl(PROMPTS_DIR / f"{suite}.jsonl")[: args.n]]
-    stops = stop_ids(tokenizer)
     mode = "ansi" if sys.stdout.isatty() and not args.no_color else "plain"
-    B = args.block_size or drafter.block_size
-    print(introduction(B, mode, torch.get_num_threads(), str(target.dtype).replace("torch.", "")))
+    try:        # the drafter's decoding.json with the command line's fields over it
+        config = replace(DecodingConfig.of(drafter).override(**flag_fields(args)),
+                         stop_token_ids=stop_ids(tokenizer))
+        said = config.describe(target, drafter)
+    except ValueError as e:
+        raise SystemExit(f"demo: {e}") from None
+    B, sampled = config.resolve(drafter).block_size, config.temperature > 0
+    print(introduction(B, mode, torch.get_num_threads(), str(target.dtype).replace("torch.", ""),
+                       said))
     base_t = spec_t = 0.0
     fp32 = None                                   # the target in fp32, for a bf16 parting's gap
     taus = []
     # warm-up, so the first timed prompt does not pay for one-off allocations
-    speculative_generate(target, drafter, chat_ids(tokenizer, rows[0]["messages"]), 8)
-    for row in rows:
+    speculative_generate(target, drafter, chat_ids(tokenizer, rows[0]["messages"]),
+                         replace(config, max_new_tokens=8))
+    for i, row in enumerate(rows):
         ids = chat_ids(tokenizer, row["messages"])
-        plain = speculative_generate(target, drafter, ids, args.max_new_tokens, block_size=1,
-                                     stop_token_ids=stops)
-        spec = speculative_generate(target, drafter, ids, args.max_new_tokens, block_size=B,
-                                    stop_token_ids=stops)
+        seed = lambda: torch.Generator().manual_seed(i)      # sampled: the same draws for both
+        plain = speculative_generate(target, drafter, ids, config.override(block_size=1),
+                                     generator=seed())
+        spec = speculative_generate(target, drafter, ids, config, generator=seed())
         same = torch.equal(plain.output_ids, spec.output_ids)
         base_t += plain.tpot
         spec_t += spec.tpot
@@ -103,9 +114,11 @@ def demo(args) -> None:
         print("-" * 100)
         print(f"tokens {spec.num_new_tokens}  tau {spec.tau:.2f}  plain {1e3 * plain.tpot:.1f} ms/token  "
               f"dflash {1e3 * spec.tpot:.1f} ms/token  speedup {plain.tpot / spec.tpot:.2f}x  "
-              f"({torch.get_num_threads()} thread)  identical to plain decoding: {same}")
+              f"({torch.get_num_threads()} thread)  " + ("sampled: the same distribution as plain "
+              "sampling, not the same tokens (notebook 04)" if sampled else
+              f"identical to plain decoding: {same}"))
         print(RULE)
-        if not same:
+        if not same and not sampled:
             fp32 = fp32 or load_targets(target, [])["float32"]      # one copy, when first needed
             check_parting(target, ids, plain.new_ids.tolist(), spec.new_ids.tolist(), fp32)
     print(f"{len(rows)} prompts from {', '.join(args.suites)}: mean tau {sum(taus) / len(taus):.2f}, "
@@ -119,13 +132,12 @@ def main(argv=None) -> None:
     p.add_argument("--suites", nargs="+", default=["arithmetic"],
                    help="files in data/prompts, without .jsonl (default arithmetic)")
     p.add_argument("--n", type=count, default=3, help="the first n prompts of each suite (default 3)")
-    p.add_argument("--max-new-tokens", type=int, default=256)
-    p.add_argument("--block-size", type=int, default=None, help="default: the drafter's")
     p.add_argument("--target", default=None, help="hub id or directory (default: the tiny target)")
     p.add_argument("--drafter", default=None, help="hub id or directory (default: the tiny drafter)")
     add_threads(p, more=": steadier timings on a shared machine")
     add_dtype(p)
     p.add_argument("--no-color", action="store_true")
+    add_flags(p, skip=("record_steps",))
     a = p.parse_args(argv)
     check_suites(p.error, a.suites)
     demo(a)

@@ -204,11 +204,12 @@ def minidflash_decodes(s: Setup, messages: list[dict], ours: list[int], plain: s
     import torch
 
     from ...target import chat_ids
+    from ...settings import DecodingConfig
     from ...verifier import speculative_generate
 
     ids = chat_ids(s.tokenizer, messages)
-    base = speculative_generate(s.target, None, ids, s.a.max_new_tokens, block_size=1,
-                                stop_token_ids=s.stops)
+    base = speculative_generate(s.target, None, ids, max_new_tokens=s.a.max_new_tokens,
+                                block_size=1, stop_token_ids=s.stops)
     mine = s.tokenizer.decode(base.new_ids, skip_special_tokens=True)
     # the two engines' plain decodes: "plain" is llama.cpp's, "speculative" ours
     r = {"engines_plain_parting": parting(s.tokenizer, plain, mine, stopped)}
@@ -217,8 +218,8 @@ def minidflash_decodes(s: Setup, messages: list[dict], ours: list[int], plain: s
     r["engines_plain_agree"] = e is None
     r["minidflash"], same = {}, True
     for name, k, p_min in settings(s.a):
-        o = speculative_generate(s.target, s.drafter, ids, s.a.max_new_tokens, block_size=k + 1,
-                                 stop_token_ids=s.stops, p_min=p_min, cost=False, tree=False)
+        o = speculative_generate(s.target, s.drafter, ids, DecodingConfig(
+            max_new_tokens=s.a.max_new_tokens, stop_token_ids=s.stops, block_size=k + 1, p_min=p_min))
         same &= torch.equal(o.output_ids, base.output_ids)
         r["minidflash"][name] = {"tau": o.tau, "tokens": o.num_new_tokens,
                                  "tau_per_pass": o.num_new_tokens / (len(o.acceptance_lengths) + 1)}

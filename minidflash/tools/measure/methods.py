@@ -36,7 +36,7 @@ dtype, and over the fastest plain method of the run; how many outputs are identi
 decoding in the same dtype, and where each other one parts from it (``divergence``: the two
 tokens' logit gap in the plain decode's own pass and in an fp32 pass over the same prefix); the
 drafter's depth, and tau split between looping answers (a repeated-4-gram share above
-``metrics.LOOPING``) and the rest: loops are easy to draft and lift tau. transformers'
+``common.LOOPING``) and the rest: loops are easy to draft and lift tau. transformers'
 ``generate`` gives no split of its time: its TPOT is its wall time less the prefill time
 measured for the same prompt by plain decoding, per new token.
 
@@ -60,93 +60,98 @@ from ...ar_drafter import ARDrafter, load_ar_drafter, make_ar_config
 from ...config import TINY_AR_DRAFTER_DIR
 from ...decoding import cache_kwargs, clock, crop_cache
 from ...drafter import DFlashDrafter, load_drafter, make_drafter_config
-from ...settings import DecodingConfig
+from ...settings import TEXT_FIELDS, DecodingConfig
 from ...target import chat_ids, stop_ids
 from ...verifier import speculative_generate
-from ...verify_cost import for_threads
 from ..common import LOOPING, correct, repeated_4gram_share
 
 
 class Method(NamedTuple):
     kind: str                    # plain | dflash | ar | tree | lookup | generate
     k: int | None                # block size (dflash, tree), drafted tokens (ar, lookup)
+    config: DecodingConfig | None = None   # how it decodes (None: the drafter's decoding.json)
     path: str | None = None      # a drafter other than the default ("@PATH")
-    p_min: float | None = None   # the confidence cut (None: the drafter's default)
-    nodes: int | None = None     # tree node budget
-    top_k: int | None = None     # tree candidates per slot
-    cost: bool | None = None     # verify lengths by the drafter's cost curve (None: its default)
-    trust: float | None = None   # with cost: the running correction of q (VerifyCost.trust_weight)
     dtype: str | None = None     # "float32" | "bfloat16": a copy of the target in it (None: the run's)
-    argmax: bool = False         # greedy on the target's rounded logits (fp32_ties=False)
+    over: tuple = ()             # bare dflash: fields set over the drafter's decoding.json
+
+    # the config's fields under the names the tables and figures read
+    p_min = property(lambda m: m.config.p_min if m.config else None)
+    cost = property(lambda m: bool(m.config.cost) if m.config else None)
+    argmax = property(lambda m: (not m.config.fp32_ties) if m.config else
+                      dict(m.over).get("fp32_ties") is False)
+    nodes = property(lambda m: m.config.tree["node_budget"] if m.kind == "tree" and m.config
+                     and isinstance(m.config.tree, dict) else None)
 
 
 def parse(spec: str) -> Method:
-    """'dflash:16/p0.3@path' -> Method('dflash', 16, 'path', 0.3); 'plain' -> Method('plain', 1).
-
-    A method's parameters are in its name: ``kind[:k][/pP][/nN][/topK][@PATH]``.
-    """
+    """'dflash:16/p0.3@path/fp32' -> a Method: the decoding is the config's own text
+    (``DecodingConfig.parse``: dflash[:B], tree[:B]/nN/topK, plain, and /pP /cost /trustW /T
+    /argmax), with the bench's own words around it: ``ar:k`` (the AR drafter, k drafted tokens,
+    verified as a block of k + 1), ``lookup:k``, ``generate``, a dtype (/fp32, /bf16) and
+    ``@PATH``. ``dflash`` alone: the drafter's decoding.json, what a plain call runs, with the
+    options given over it (``dflash/argmax``: the drafter's decoding with fp32_ties off)."""
     name, _, path = spec.partition("@")
     head, *opts = name.split("/")
     kind, _, k = head.partition(":")
-    kinds = ("plain", "dflash", "ar", "tree", "lookup", "generate")
-    if kind not in kinds:
-        raise ValueError(f"unknown method {spec!r}: use plain, dflash, dflash:B, dflash:B/pP, "
-                         f"ar:k, ar:k/pP, tree:B/nN/topK, lookup:k, generate")
-    if kind in ("ar", "tree", "lookup") and not k.isdigit():
-        raise ValueError(f"method {spec!r} needs a number, e.g. {kind}:8")
-    if k and not k.isdigit():
-        raise ValueError(f"method {spec!r}: {k!r} is not a number")
-    values = {}
-    if "cost" in opts:
-        opts.remove("cost")
-        values["cost"] = True
     dtypes = [o for o in opts if o in DTYPES]
     if len(dtypes) > 1:
         raise ValueError(f"method {spec!r}: one dtype at most (/fp32 or /bf16)")
-    argmax = "argmax" in opts
-    opts = [o for o in opts if o not in DTYPES and o != "argmax"]
-    for opt in opts:
-        key = next((key for key in ("trust", "top", "p", "n") if opt.startswith(key)), None)
-        try:
-            values[key] = (float if key in ("p", "trust") else int)(opt[len(key or ""):])
-        except (TypeError, ValueError):
-            raise ValueError(f"method {spec!r}: option {opt!r} is not pP (confidence cut), nN "
-                             f"(tree nodes), topK (tree candidates per slot) or trustW (the cost "
-                             f"model's correction of q)") from None
-    if "trust" in values and "cost" not in values:
+    opts = [o for o in opts if o not in DTYPES]
+    dtype = DTYPES[dtypes[0]] if dtypes else None
+    if kind in ("lookup", "generate"):
+        if opts or (kind == "lookup") != k.isdigit():
+            raise ValueError(f"method {spec!r}: transformers' generate takes lookup:k or generate, "
+                             f"with a dtype at most")
+        return Method(kind, int(k) if k else None, None, path or None, dtype)
+    if kind == "ar":
+        if not k.isdigit():
+            raise ValueError(f"method {spec!r} needs a number, e.g. ar:8")
+        if any(o.startswith(("n", "top")) for o in opts):
+            raise ValueError(f"method {spec!r}: /nN and /topK are for tree")
+        config = DecodingConfig.parse("/".join([f"dflash:{int(k) + 1}"] + opts))
+        return Method(kind, int(k), config, path or None, dtype)
+    if kind not in ("plain", "dflash", "tree"):
+        raise ValueError(f"unknown method {spec!r}: use plain, dflash, dflash:B, dflash:B/pP, "
+                         f"ar:k, ar:k/pP, tree:B/nN/topK, lookup:k, generate (then /fp32 or /bf16)")
+    if kind == "tree" and not (k and any(o.startswith("n") for o in opts)):
+        raise ValueError(f"method {spec!r}: a tree needs its block, node budget and candidates, "
+                         f"e.g. tree:16/n24/top4")
+    config = DecodingConfig.parse("/".join([head] + opts))
+    if head == "dflash":                       # the drafter's own, with what the options change
+        over = tuple((f, getattr(config, f)) for f in TEXT_FIELDS
+                     if getattr(config, f) != getattr(DecodingConfig(), f))
+        return Method(kind, None, None, path or None, dtype, over)
+    block = 1 if kind == "plain" else (int(k) if k else None)
+    if config is not None and config.trust is not None and not config.cost:
         raise ValueError(f"method {spec!r}: /trustW corrects the cost model's q; add /cost")
-    if "trust" in values and kind == "tree":
+    if config is not None and config.trust is not None and kind == "tree":
         raise ValueError(f"method {spec!r}: /trustW corrects a chain's q, not a tree's")
-    if "p" in values and kind not in ("dflash", "ar"):
-        raise ValueError(f"method {spec!r}: /pP (the confidence cut) is for dflash and ar")
-    if "cost" in values and kind not in ("dflash", "ar", "tree"):
-        raise ValueError(f"method {spec!r}: /cost (the cost model) is for dflash, ar and tree")
-    if kind == "tree" and not {"n", "top"} <= set(values):
-        raise ValueError(f"method {spec!r}: a tree needs its node budget and candidates, e.g. "
-                         f"tree:16/n24/top4")
-    if kind != "tree" and {"n", "top"} & set(values):
-        raise ValueError(f"method {spec!r}: /nN and /topK are for tree")
-    p_min = values.get("p", 0.0 if kind in ("dflash", "ar") and k else None)
-    cost = values.get("cost", False if kind in ("dflash", "ar") and k else None)
-    if argmax and kind in ("lookup", "generate"):
-        raise ValueError(f"method {spec!r}: transformers' generate takes its argmax as it is; "
-                         f"/argmax is for plain, dflash, ar and tree")
-    return Method(kind, int(k) if k else (None if kind == "dflash" else 1), path or None, p_min,
-                  values.get("n"), values.get("top"), cost, values.get("trust"),
-                  DTYPES[dtypes[0]] if dtypes else None, argmax)
+    return Method(kind, block, config, path or None, dtype)
 
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
 
+def in_dtype(target, name: str):
+    """The target in dtype ``name``: loaded again from what ``load_target`` read (an fp32 copy
+    holds the checkpoint's own fp32 weights, not a cast of bf16 ones), else a cast copy."""
+    dtype = getattr(torch, name)
+    if target.dtype == dtype:
+        return target
+    if hasattr(target, "load_source"):
+        from ...target import load_target
+        return load_target(target.load_source, dtype=dtype, device=target.device)[0]
+    return copy.deepcopy(target).to(dtype)
+
+
 def load_targets(target, specs) -> dict:
-    """dtype name -> the target in it: the run's own under its dtype and under None, a copy for
-    every other dtype a method names, and an fp32 copy always (``divergence`` measures there)."""
+    """dtype name -> the target in it: the run's own under its dtype and under None, one for
+    every other dtype a method names, and an fp32 one always (``divergence`` measures there)."""
     own = str(target.dtype).replace("torch.", "")
     targets = {None: target, own: target}
     for name in {parse(s).dtype for s in specs} | {"float32"}:
         if name not in targets:
-            targets[name] = copy.deepcopy(target).to(getattr(torch, name))
+            targets[name] = in_dtype(target, name)
     return targets
 
 
@@ -197,26 +202,16 @@ def _generate(target, ids, max_new_tokens, stops, lookup: int | None):
 
 def config_of(m: Method, drafter=None) -> DecodingConfig:
     """The decoding settings a method names (``dflash`` alone: the drafter's decoding.json)."""
-    default = m.kind == "dflash" and not m.k
-    base = DecodingConfig.of(drafter) if default else DecodingConfig()
-    block = {"plain": 1, "dflash": m.k, "ar": (m.k or 0) + 1, "tree": m.k}[m.kind]
-    tree = {"node_budget": m.nodes, "top_k": m.top_k} if m.kind == "tree" else None
-    return base.override(block_size=block, p_min=m.p_min, cost=m.cost,
-                         tree=tree if m.kind == "tree" else (None if default else False),
-                         fp32_ties=not m.argmax)
+    return m.config if m.config is not None else DecodingConfig.of(drafter).override(**dict(m.over))
 
 
 def decode(target, drafter, ids, max_new_tokens, stops, m: Method):
-    """One greedy decode with method m (not lookup or generate): a GenerationResult."""
+    """One decode with method m (not lookup or generate): a GenerationResult."""
     if m.cost and not getattr(drafter, "costs", None):
         raise ValueError(f"method {m.kind}:{m.k}/cost needs a drafter whose decoding.json "
                          f"carries a cost curve (`python -m minidflash budget curve`).")
-    config = config_of(m, drafter)
-    if m.trust is not None:                         # the drafter's curve, corrected as it goes
-        config = replace(config, cost=replace(for_threads(drafter.costs, dtype=target.dtype),
-                                              trust_weight=m.trust))
-    return speculative_generate(target, drafter, ids, max_new_tokens, stop_token_ids=stops,
-                                config=config)
+    config = replace(config_of(m, drafter), max_new_tokens=max_new_tokens, stop_token_ids=stops)
+    return speculative_generate(target, drafter, ids, config)
 
 
 def fastest_plain(tpot: dict) -> str:

@@ -62,9 +62,8 @@ def misses(target, tokenizer, drafter, rows: list[dict], max_new_tokens: int,
     for row in rows:
         question = words_of(row["messages"])
         out = speculative_generate(target, drafter, chat_ids(tokenizer, row["messages"]),
-                                   max_new_tokens, block_size=block_size,
-                                   stop_token_ids=stop_ids(tokenizer), record_steps=True,
-                                   tree=False)
+                                   max_new_tokens=max_new_tokens, block_size=block_size,
+                                   stop_token_ids=stop_ids(tokenizer), record_steps=True)
         lengths += out.acceptance_lengths
         for step in out.steps:
             text = tokenizer.decode([step["target"][0]])

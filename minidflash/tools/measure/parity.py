@@ -152,7 +152,8 @@ def compare_generate(ref, target, ours, theirs, prompt, max_new_tokens, block_si
     calls = {ours: [], theirs: []}                  # every draft step's output (1, B, H)
     hooks = [m.register_forward_hook(lambda m, args, out: calls[m].append(out)) for m in calls]
     try:
-        mine = speculative_generate(target, ours, prompt, max_new_tokens, block_size=block_size)
+        mine = speculative_generate(target, ours, prompt, max_new_tokens=max_new_tokens,
+                                    block_size=block_size)
         other = ref.dflash_generate(theirs, target, prompt, max_new_tokens, stop_token_ids=None,
                                     temperature=0.0, block_size=block_size, return_stats=True)
     finally:

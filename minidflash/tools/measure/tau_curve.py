@@ -43,8 +43,8 @@ def snapshot_taus(target, tokenizer, drafter, rows_by_suite: dict, max_new_token
         lengths = []
         for row in rows:
             o = speculative_generate(target, drafter, chat_ids(tokenizer, row["messages"]),
-                                     max_new_tokens, stop_token_ids=stop_ids(tokenizer),
-                                     config=DecodingConfig())
+                                     DecodingConfig(max_new_tokens=max_new_tokens,
+                                                    stop_token_ids=stop_ids(tokenizer)))
             lengths += o.acceptance_lengths
         out[suite] = sum(lengths) / max(1, len(lengths))
     return out

@@ -175,7 +175,8 @@ def evaluate_target(model=None, tokenizer=None, n: int = 64, max_new_tokens: int
         rep, right, lengths = [], [], []
         for row in rows:
             r = speculative_generate(model, None, chat_ids(tokenizer, row["messages"]),
-                                     max_new_tokens, block_size=1, stop_token_ids=stop_ids(tokenizer))
+                                     max_new_tokens=max_new_tokens, block_size=1,
+                                     stop_token_ids=stop_ids(tokenizer))
             ids = r.new_ids.tolist()
             rep.append(repeated_4gram_share(ids))
             lengths.append(len(ids))
