@@ -180,7 +180,7 @@ def test_a_missing_folder_is_named_not_blamed_on_the_network(no_hub, name):
     with pytest.raises(FileNotFoundError, match="No such folder") as e:
         load_target(name)
     assert repr(name) in str(e.value) and "network" not in str(e.value)
-    assert "save_pretrained" in str(e.value) and "None for the tiny target" in str(e.value)
+    assert "save_pretrained" in str(e.value) and "None for the shipped default" in str(e.value)
 
 
 def test_a_folder_without_config_json_and_a_file_say_so(no_hub):
