@@ -83,6 +83,10 @@ def prepare(target, drafter, input_ids, config=None, given=None, batch: bool = F
                         f"a keyword (speculative_generate(target, drafter, ids, "
                         f"max_new_tokens=64)) or a field (DecodingConfig(max_new_tokens=64)).")
     given = {k: v for k, v in (given or {}).items() if v is not None}
+    if "attention_mask" in given:
+        raise TypeError("speculative_generate decodes one sequence (1, S); a left-padded batch "
+                        "with its attention_mask is speculative_generate_batch(target, drafter, "
+                        "ids, attention_mask=mask), one result per row.")
     names = {f.name for f in fields(DecodingConfig)}
     if set(given) - names:
         raise TypeError(f"unknown decoding settings {sorted(set(given) - names)}: the fields of "

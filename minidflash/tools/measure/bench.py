@@ -348,9 +348,11 @@ def compare(a, target, tokenizer, command: str) -> dict:
                   "split": a.split, "threads": torch.get_num_threads(),
                   "dtype": str(target.dtype).replace("torch.", ""), "suites": {}}
         for spec in a.methods:               # what each method's step does, in words
-            if m.parse(spec).kind not in ("lookup", "generate"):
-                print(f"{spec}: {m.config_of(m.parse(spec), drafters.get(spec)).describe()}",
+            if (method := m.parse(spec)).kind not in ("lookup", "generate"):
+                config = m.config_of(method, drafters.get(spec))
+                print(f"{spec}: {config.describe(targets[method.dtype], drafters.get(spec))}",
                       file=sys.stderr)
+                result.setdefault("decodings", {})[spec] = str(config)
         m.run_methods(targets, tokenizer, [{"messages": [{"role": "user", "content": "warm up"}]}],
                       a.methods, drafters, 16, progress=False)
         t0 = time.time()
