@@ -244,3 +244,57 @@ def test_the_bench_decodes_what_its_method_says(tiny, spec, check):
     assert check(r) and r.num_new_tokens <= 17 and r.config.max_new_tokens == 17
     assert r.config.stop_token_ids == tuple(stops)
     assert str(replace(r.config, block_size=m.config.block_size)) == str(m.config)
+
+
+# -- the demo and the bench's block-size runs: each command-line field reaches every decode ----
+FLAGS = [(["--max-new-tokens", "9"], "max_new_tokens", 9), (["--block-size", "3"], "block_size", 3),
+         (["--p-min", "0.5"], "p_min", 0.5), (["--temperature", "0.7"], "temperature", 0.7),
+         (["--no-fp32-ties"], "fp32_ties", False), (["--tree", "5,2"], "tree",
+                                                     {"node_budget": 5, "top_k": 2}),
+         (["--cost"], "cost", True), (["--no-cost"], "cost", False)]
+
+
+def spy_on(module, monkeypatch):
+    """Every config a command's decodes ran (the resolved config each result carries)."""
+    seen, real = [], module.speculative_generate
+
+    def spy(*args, **kwargs):
+        out = real(*args, **kwargs)
+        seen.append(out.config)
+        return out
+    monkeypatch.setattr(module, "speculative_generate", spy)
+    return seen
+
+
+@pytest.mark.parametrize("flag,field,value", FLAGS)
+def test_the_demo_honours_every_flag(tiny, monkeypatch, capsys, flag, field, value):
+    from minidflash.tools.measure import demo
+    target, drafter, _, _ = tiny
+    if field == "cost":      # the tiny drafter ships no curve: give it one
+        monkeypatch.setattr(demo, "get_drafter", lambda *a: with_curve(drafter))
+    seen = spy_on(demo, monkeypatch)
+    demo.main(["--n", "1", "--max-new-tokens", "12", *flag])
+    decodes = [c for c in seen if c.block_size != 1 and c.max_new_tokens != 8]   # not warm-up
+    got = lambda c: bool(c.cost) if field == "cost" else getattr(c, field)
+    assert decodes and all(got(c) == value for c in decodes), [str(c) for c in seen]
+    assert value is not True or "verify curve" in capsys.readouterr().out
+
+
+def with_curve(drafter):
+    d = copy.copy(drafter)
+    d.costs = {("float32", 1): VerifyCost(tuple(1.0 + 0.05 * k for k in range(16)), draft=0.1)}
+    return d
+
+
+@pytest.mark.parametrize("flag,field,value", [f for f in FLAGS if f[1] not in ("block_size",
+                                                                              "max_new_tokens")])
+def test_the_bench_honours_every_flag(tiny, monkeypatch, flag, field, value):
+    from minidflash.tools.measure import bench
+    target, drafter, _, _ = tiny
+    monkeypatch.setattr(bench, "load_drafter", lambda *a, **k: with_curve(drafter))
+    seen = spy_on(bench, monkeypatch)
+    bench.main(["--suites", "arithmetic", "--n", "1", "--block-sizes", "4",
+                "--max-new-tokens", "10", *flag])
+    decodes = [c for c in seen if c.block_size == 4 and c.max_new_tokens == 10]
+    got = lambda c: bool(c.cost) if field == "cost" else getattr(c, field)
+    assert decodes and all(got(c) == value for c in decodes), [str(c) for c in seen]
