@@ -17,6 +17,7 @@
     misses         which tokens a drafter misses: each step by the target's first token
     budget         the verify budget: a target pass's cost over 1..16 tokens (curve), and how
                    well the drafter's probabilities predict acceptance (calibration)
+    step-profile   where a target pass's time goes: matmul, attention, norms, cache, overhead
     llama-cpp      convert a drafter with llama.cpp's converter, run llama.cpp plain and
                    speculative (draft-dflash) on the suites (needs llama.cpp: LLAMA_CPP_DIR)
 
@@ -43,6 +44,7 @@ COMMANDS = {  # command -> (module under minidflash.tools, keyword arguments of 
     "tau-curve": ("measure.tau_curve", {}),
     "misses": ("measure.misses", {}),
     "budget": ("measure.budget", {}),
+    "step-profile": ("measure.step_profile", {}),
     "llama-cpp": ("measure.llama_cpp_bench", {}),
 }
 

@@ -1,0 +1,134 @@
+"""``python -m minidflash step-profile``: where one target pass's time goes.
+
+Not a paper section: the cost side of section 3 on a CPU. A 135M model's one-token pass is
+*overhead-bound*: its arithmetic takes a few ms, the rest is Python, module calls, dispatch and
+cache bookkeeping, and that rest is paid once per verify pass too. This command times a plain
+decode step (1 token) and a verify pass (``--tokens``, 16 by default) after a context of
+``--context`` tokens, under ``torch.profiler``, and splits each pass's wall time into:
+
+    matmul      aten::mm / addmm / bmm / linear / matmul (the projections and the lm_head)
+    attention   scaled_dot_product_attention and its kernels
+    norms       RMSNorm's pow / mean / rsqrt and the activation (silu)
+    cache       the KV cache: cat, index_select, slicing copies, crop
+    other ops   every other aten op's own time (rotary embedding, adds, casts, masks)
+    overhead    the wall time no aten op accounts for: Python, nn.Module calls, dispatch
+
+The op times are each op's *self* CPU time (its children not counted twice) in a profiled
+pass; ``overhead`` is the median wall time of the same pass run unprofiled less their sum (the
+profiler slows the ops a little, so the overhead is, if anything, understated). Thread counts take turns pass by pass, so all see
+the same machine state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+from transformers import DynamicCache
+
+from ...decoding import crop_cache, target_pass
+from ...target import load_target
+from ..common import add_dtype, add_threads, write
+
+KINDS = {
+    "matmul": ("aten::mm", "aten::addmm", "aten::bmm", "aten::linear", "aten::matmul",
+               "aten::_mkldnn", "mkldnn"),
+    "attention": ("scaled_dot_product", "aten::_scaled_dot", "flash_attention", "aten::softmax",
+                  "aten::_softmax"),
+    "norms": ("aten::pow", "aten::mean", "aten::rsqrt", "aten::silu", "aten::rms_norm"),
+    "cache": ("aten::cat", "aten::index_select", "aten::slice", "aten::copy_", "aten::narrow"),
+}
+
+
+def kind_of(name: str) -> str:
+    return next((k for k, keys in KINDS.items() if any(key in name for key in keys)), "other ops")
+
+
+def split_pass(target, tokens: int, context: int, repeats: int, final: bool = True) -> dict:
+    """ms of one pass over ``tokens`` new tokens after ``context`` cached ones, split by kind
+    (medians of ``repeats`` profiled passes). final: the pass plain greedy decoding of a bf16
+    target runs (the last hidden state too); the verify pass also returns every layer's."""
+    torch.manual_seed(0)
+    ids = torch.randint(0, target.config.vocab_size, (1, context + tokens))
+    cache = DynamicCache()
+    target_pass(target, ids[:, :context], cache, False, final)
+    layers = tokens > 1
+    rows = []
+    for _ in range(repeats + 1):                  # the first, untimed, pays one-off allocations
+        pos = torch.arange(context, context + tokens)[None]
+        start = time.perf_counter()               # the wall time, unprofiled
+        target_pass(target, ids[:, context:], cache, layers, final, position_ids=pos)
+        wall = 1e3 * (time.perf_counter() - start)
+        crop_cache(cache, context)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:     # the same pass, its ops
+            target_pass(target, ids[:, context:], cache, layers, final, position_ids=pos)
+        crop_cache(cache, context)
+        by = dict.fromkeys([*KINDS, "other ops"], 0.0)
+        for event in prof.key_averages():
+            if event.key.startswith("aten::") or "mkldnn" in event.key:
+                by[kind_of(event.key)] += event.self_cpu_time_total / 1e3
+        by["overhead"] = max(0.0, wall - sum(by.values()))
+        by["wall"] = wall
+        rows.append(by)
+    rows = rows[1:]
+    med = lambda xs: sorted(xs)[len(xs) // 2]
+    return {k: med([r[k] for r in rows]) for k in rows[0]}
+
+
+def run(target, thread_counts, tokens: int, context: int, repeats: int) -> dict:
+    """{threads: {"1": split, str(tokens): split}}, the counts taking turns."""
+    out = {str(t): {} for t in thread_counts}
+    for n in (1, tokens):
+        for t in thread_counts:
+            torch.set_num_threads(t)
+            out[str(t)][str(n)] = split_pass(target, n, context, repeats)
+    return out
+
+
+def plot(results: dict, path) -> None:
+    from matplotlib.figure import Figure
+
+    kinds = [*KINDS, "other ops", "overhead"]
+    bars = [(f"{t} thr, {n} tok", s) for t, by in results["split"].items() for n, s in by.items()]
+    fig = Figure(figsize=(8, 3.6))
+    ax = fig.subplots()
+    left = [0.0] * len(bars)
+    for i, kind in enumerate(kinds):
+        widths = [s[kind] for _, s in bars]
+        ax.barh([b for b, _ in bars], widths, left=left, color=f"C{i}", label=kind)
+        left = [a + w for a, w in zip(left, widths)]
+    ax.set(xlabel="ms (median pass)", title=f"where a target pass's time goes "
+                                          f"({results['target']}, {results['dtype']})")
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(prog="python -m minidflash step-profile", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--target", default=None, help="hub id or directory (default: the tiny target)")
+    add_dtype(p)
+    add_threads(p, default=[1, 2], more=": the counts take turns")
+    p.add_argument("--tokens", type=int, default=16, help="the verify pass's tokens (default 16)")
+    p.add_argument("--context", type=int, default=256, help="cached tokens before (default 256)")
+    p.add_argument("--repeats", type=int, default=15, help="profiled passes a point (default 15)")
+    p.add_argument("--out", default=None, help="write the split here (and a .png beside it)")
+    a = p.parse_args(argv)
+    if a.tokens < 2 or a.context < 1 or a.repeats < 1 or min(a.threads) < 1:
+        p.error("--tokens >= 2, --context >= 1, --repeats >= 1, --threads >= 1")
+    target, _ = load_target(a.target, dtype=a.dtype)
+    results = {"command": "python -m minidflash step-profile " + " ".join(
+                   sys.argv[1:] if argv is None else argv),
+               "target": a.target or "tiny", "dtype": str(target.dtype).replace("torch.", ""),
+               "context": a.context, "tokens": a.tokens, "repeats": a.repeats,
+               "split": run(target, a.threads, a.tokens, a.context, a.repeats)}
+    for t, by in results["split"].items():
+        for n, s in by.items():
+            print(f"{t} thread(s), {n:>2} token(s): wall {s['wall']:.1f} ms = " + ", ".join(
+                f"{k} {s[k]:.1f}" for k in [*KINDS, "other ops", "overhead"]))
+    write(results, a.out, plot)
+    return results
