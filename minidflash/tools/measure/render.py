@@ -1,7 +1,8 @@
 """Showing a decode: which tokens the drafter got right, with token boundaries you can see.
 
-One renderer for the demo (terminal), and the notebooks (HTML); below it, the pictures and
-tables notebook 13 draws (trees of drafts, the methods' speed by suite). Spaces are shown as ``␣``,
+One renderer for the demo (terminal), and the notebooks (HTML); below it, the one line that
+says where a results file was measured (``provenance``), and the pictures and tables notebook 13
+draws (trees of drafts, the methods' speed by suite). Spaces are shown as ``␣``,
 newlines as ``↵`` (followed by a real line break), tabs as ``⇥``, other control characters as
 their Unicode control pictures (form feed ``␌``, ...), so a reader sees exactly where one
 token ends and the next begins. Tokens that were drafted and accepted are marked;
@@ -74,6 +75,54 @@ def legend(mode: str = "plain") -> str:
               if mode == "ansi" else f"{OPEN}drafted{SEP}and{SEP}accepted{CLOSE} (│ between tokens)")
     return (f"{marked}; unmarked: the target's own token\n(the first one, and the bonus token "
             f"that ends each verify step); \u2423 space, \u21b5 newline")
+
+
+# ------------------------------------------------------------------------------------------------
+# Where a results file was measured: one line, printed wherever a notebook or the README reads one
+# ------------------------------------------------------------------------------------------------
+NOT_RECORDED = "not recorded"
+LOADS = {"alone": "alone", "shared": "beside another process"}
+
+
+def _machine(results: dict) -> str:
+    m = results.get("machine")
+    device = results.get("device")
+    gpu = f" (device {device})" if device and device != "cpu" else ""
+    if not isinstance(m, dict):
+        return NOT_RECORDED + gpu
+    bf16 = {True: "native bf16", False: "no native bf16"}.get(m.get("native_bf16"),
+                                                               "bf16 units " + NOT_RECORDED)
+    return f"{m.get('cpu', 'CPU ' + NOT_RECORDED)}, {m.get('cores', '?')} cores, {bf16}{gpu}"
+
+
+def _drafters(results: dict) -> str:
+    shas = results.get("drafter_sha256")
+    if not isinstance(shas, dict):
+        return NOT_RECORDED
+    if not shas:
+        return "none"
+    return ", ".join(f"{folder} ({'sha256 ' + sha[:12] if sha != NOT_RECORDED else 'weights ' + sha})"
+                     for folder, sha in shas.items())
+
+
+def _threads(results: dict) -> str:
+    t = results.get("threads")
+    if isinstance(t, bool) or t is None:
+        return NOT_RECORDED
+    if isinstance(t, (dict, list, tuple)):           # a sweep: the counts taking turns
+        return " and ".join(map(str, t)) or NOT_RECORDED
+    return str(t)
+
+
+def provenance(results: dict) -> str:
+    """One line saying where and how a results file was measured: the machine (CPU model, cores,
+    native bf16 or not), the dtype, the drafter (its folder and the first 12 hex digits of its
+    weights' sha256), the torch threads and the load (alone, or beside another process). What a
+    file does not record is said as "not recorded", never guessed. Timings compare only between
+    files whose lines agree."""
+    return (f"measured on: {_machine(results)}; dtype {results.get('dtype') or NOT_RECORDED}; "
+            f"drafter {_drafters(results)}; threads {_threads(results)}; "
+            f"load {LOADS.get(results.get('load'), NOT_RECORDED)}")
 
 
 # ------------------------------------------------------------------------------------------------
