@@ -126,10 +126,7 @@ def record_decoding(target, drafter, input_ids, max_new_tokens, **kwargs):
 TAU_MARGIN = 0.05        # float noise across machines, not a bug: one step more or less is ~0.15
 
 
-def weights_sha256(drafter_dir) -> str:
-    import hashlib
-
-    return hashlib.sha256((drafter_dir / "model.safetensors").read_bytes()).hexdigest()
+from minidflash.tools.common import weights_sha256  # noqa: E402  (one definition: the results files' too)
 
 
 def check_recorded_tau(drafter_dir, taus: dict, record_command: str) -> None:

@@ -16,15 +16,19 @@ of the tools; ``tests/test_layout.py`` checks the order).
   ``\\boxed{}`` for math (the paper's prompt template), the HumanEval tests run in a subprocess
   for code.
 * **Timing and results.** ``median_ms`` / ``take_turns`` time a piece of work the same way in
-  every benchmark; ``write`` saves a result as JSON with its plot beside it and the machine.
-* **Options.** ``--threads``, ``--dtype`` (``auto`` / ``float32`` / ``bfloat16``), ``--n`` and
-  ``--suites`` mean the same in every command; a bad value is one line from argparse.
+  every benchmark; ``write`` saves a result as JSON with its plot beside it and its provenance:
+  the machine, the dtype, the drafter's weights (sha256) and the load (``--load``).
+* **Options.** ``--threads``, ``--dtype`` (``auto`` / ``float32`` / ``bfloat16``), ``--n``,
+  ``--suites`` and ``--load`` mean the same in every command; a bad value is one line from argparse.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import hashlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -166,16 +170,88 @@ def take_turns(measure, threads, rounds: int) -> dict:
     return runs
 
 
-def write(results: dict, json_path: str | None, plot_fn) -> None:
-    """The figures as JSON at json_path (if given) and their plot as a PNG beside it."""
+# --------------------------------------------------------------------------------------------
+# Provenance: what every results file says about how it was measured
+# --------------------------------------------------------------------------------------------
+
+NOT_RECORDED = "not recorded"
+LOADS = ("alone", "shared")
+BUSY = 0.5      # a 1-minute load average above this when a command began: something else ran
+
+
+def load_average() -> float | None:
+    """The 1-minute load average (None where the system has none)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (OSError, AttributeError):
+        return None
+
+
+LOAD_AVERAGE_AT_START = load_average()    # taken when a command imports the tools, before it works
+
+
+def weights_sha256(folder) -> str:
+    """sha256 (hex) of a drafter's weights: ``folder/model.safetensors``, or ``folder`` itself
+    when it is a file (a training snapshot)."""
+    path = Path(folder).expanduser()
+    path = path / "model.safetensors" if path.is_dir() else path
+    stat = path.stat()
+    return _sha256(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=32)
+def _sha256(path: str, mtime_ns: int, size: int) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def drafter_hashes(folders) -> dict:
+    """{folder (repository-relative where it can be): its weights' sha256} for each distinct
+    folder or snapshot; NOT_RECORDED for a name with no local weights (a hub id)."""
+    out = {}
+    for folder in dict.fromkeys(str(f) for f in folders if f is not None):
+        try:
+            out[repo_relative(folder)] = weights_sha256(folder)
+        except OSError:
+            out[repo_relative(folder)] = NOT_RECORDED
+    return out
+
+
+def write(results: dict, json_path: str | None, plot_fn, *, dtype: str, drafters, load: str) -> None:
+    """The figures as JSON at json_path (if given) and their plot (``plot_fn``, may be None) as a
+    PNG beside it. Every file carries its provenance (``render.provenance`` prints it): the
+    machine, ``dtype``, ``drafter_sha256`` of ``drafters`` (folders; empty where none was used),
+    ``load`` (``--load``) and the load average when the command began."""
     from ..target import describe_machine
 
-    if json_path:
-        path = Path(json_path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        results.setdefault("machine", describe_machine())     # timings hold on this machine
-        path.write_text(json.dumps(results, indent=1) + "\n")
+    if not json_path:
+        return
+    path = Path(json_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    results.setdefault("machine", describe_machine())     # timings hold on this machine
+    results.update(dtype=str(dtype).removeprefix("torch."), drafter_sha256=drafter_hashes(drafters),
+                   load=load, load_average_at_start=LOAD_AVERAGE_AT_START)
+    if load == "alone" and (LOAD_AVERAGE_AT_START or 0) > BUSY:
+        print(f"note: --load alone, but the 1-minute load average was {LOAD_AVERAGE_AT_START} when "
+              f"this command began: if another process ran, say --load shared", file=sys.stderr)
+    path.write_text(json.dumps(results, indent=1) + "\n")
+    if plot_fn is not None:
         plot_fn(results, path.with_suffix(".png"))
+
+
+def add_load(p: argparse.ArgumentParser) -> None:
+    """``--load alone|shared``: what else ran while this measured, recorded in the results file."""
+    p.add_argument("--load", choices=LOADS, default="alone",
+                   help="what else ran on the machine while this measured, recorded in the results "
+                        "file: alone (default) or shared (beside another process, e.g. two "
+                        "benchmarks side by side). You say it; it is not measured, because the "
+                        "load average counts this command's own threads and cannot tell a rival "
+                        "from them. The file also keeps the 1-minute load average when the "
+                        f"command began, and a note is printed when it was above {BUSY} under "
+                        "--load alone")
 
 
 # --------------------------------------------------------------------------------------------

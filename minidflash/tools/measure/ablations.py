@@ -27,7 +27,7 @@ import torch
 from ...config import CACHE_DIR, PROMPTS_DIR
 from ...target import load_target
 from ...trainer import TrainConfig, train
-from ..common import add_threads, count, read_jsonl
+from ..common import add_load, add_threads, count, read_jsonl, write
 from .bench import run_suite, warm_up
 from ..train.train_drafter import tiny_training_data
 
@@ -57,6 +57,7 @@ def main(argv=None):
     add_threads(p, what="torch threads for training and timing",
                 more=": on a shared machine more threads than free cores stall at random and "
                      "distort the speedups")
+    add_load(p)
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     out = Path(a.out)
@@ -83,8 +84,7 @@ def main(argv=None):
             "lossless": bench["lossless"],
             "test": {b: {"tau": r["tau"], "speedup": r["speedup"]} for b, r in bench["block_sizes"].items()}}
         print(name, json.dumps(results["variants"][name]["test"]), flush=True)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(results, indent=1) + "\n")
+        write(results, out, None, dtype=target.dtype, drafters=[], load=a.load)  # trained here
     return results
 
 

@@ -36,7 +36,7 @@ from ...target import chat_ids, load_target, stop_ids
 from ...settings import DecodingConfig, add_flags, flag_fields
 from ...verifier import speculative_generate
 from .. import common
-from ..common import (add_dtype, add_threads, check_suites, correct, count, median_ms,
+from ..common import (add_dtype, add_load, add_threads, check_suites, correct, count, median_ms,
                       repeated_4gram_share, take_turns, write)
 from ..make_data.overlap import split_label
 
@@ -228,6 +228,7 @@ def main(argv=None) -> dict:
                    help="ignore the drafter's draft_vocab.json and draft over the whole vocabulary "
                         "(what an engine that does not read the file does)")
     add_flags(p, skip=("block_size", "record_steps"))
+    add_load(p)
     a = p.parse_args(argv)
     fields = flag_fields(a, skip=("block_size", "record_steps", "max_new_tokens"))
     a.max_new_tokens = a.max_new_tokens or DecodingConfig().max_new_tokens
@@ -252,6 +253,7 @@ def main(argv=None) -> dict:
     if a.draft_cost or a.methods:
         return compare(a, target, tokenizer, command)
     drafter = load_drafter(a.drafter, target=target, draft_vocab=not a.full_vocab)
+    stamp = dict(dtype=target.dtype, drafters=[a.drafter or TINY_DRAFTER_DIR], load=a.load)
     if a.step_times:
         results = {"command": command, "target": a.target or repo_relative(TINY_TARGET_DIR),
                    "drafter": repo_relative(a.drafter or TINY_DRAFTER_DIR),
@@ -260,7 +262,7 @@ def main(argv=None) -> dict:
                    "threads": step_times_by_threads(target, drafter, a.threads, context=512)}
         for t, ms in results["threads"].items():
             print(f"{t} thread(s): " + ", ".join(f"{k} {v:.2f}" for k, v in ms.items()))
-        write(results, a.out, plot_step_times)
+        write(results, a.out, plot_step_times, **stamp)
         return results
     if a.batch_sizes:
         from . import batch_bench
@@ -268,7 +270,7 @@ def main(argv=None) -> dict:
             return batch_bench.run(target, tokenizer, drafter, a.suites, a.batch_sizes, a.threads,
                                    a.n, (a.block_sizes or [drafter.block_size])[0],
                                    a.max_new_tokens, command, split=a.split,
-                                   after_suite=lambda r: write(r, a.out, batch_bench.plot))
+                                   after_suite=lambda r: write(r, a.out, batch_bench.plot, **stamp))
         except ValueError as e:
             p.error(str(e))
     a.block_sizes = a.block_sizes or [drafter.block_size]
@@ -298,7 +300,7 @@ def main(argv=None) -> dict:
     results["tau"] = sum(s["block_sizes"][B]["tau"] for s in results["suites"].values()) / len(a.suites)
     results["speedup"] = sum(s["block_sizes"][B]["speedup"] for s in results["suites"].values()) / len(a.suites)
     results["wall_s"] = round(time.time() - t0, 1)
-    write(results, a.out, plot)
+    write(results, a.out, plot, **stamp)
     return results
 
 
@@ -331,6 +333,7 @@ def compare(a, target, tokenizer, command: str) -> dict:
         for name, ms in result["ms"].items():
             print(f"{name:>18}: " + " ".join(f"{t:.1f}" for t in ms) + "  ms for 1..16 tokens")
         plot = m.plot_draft_cost
+        stamp = dict(dtype=target.dtype, drafters=[], load=a.load)   # random-weight drafters
     else:
         try:
             for spec in a.methods:
@@ -339,6 +342,8 @@ def compare(a, target, tokenizer, command: str) -> dict:
             raise SystemExit(f"bench --methods: {e}") from None
         targets = m.load_targets(target, a.methods)
         drafters = m.load_method_drafters(a.methods, targets, a.drafter, a.ar_drafter)
+        stamp = dict(dtype=target.dtype, load=a.load,
+                     drafters=m.method_folders(a.methods, a.drafter, a.ar_drafter))
 
         def plot(results, path):            # the bars, and the depth figure beside them
             m.plot_methods(results, path)
@@ -386,10 +391,10 @@ def compare(a, target, tokenizer, command: str) -> dict:
                           for spec, x in w["methods"].items()))
             result["wall_s"] = round(time.time() - t0, 1)
             if suite != a.suites[-1]:       # a long run keeps the suites it has finished
-                write({**result, "command": command}, a.out, plot)
+                write({**result, "command": command}, a.out, plot, **stamp)
     result["command"] = command
     result["threads"] = torch.get_num_threads()
-    write(result, a.out, plot)
+    write(result, a.out, plot, **stamp)
     return result
 
 

@@ -33,14 +33,16 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
+from ...config import TINY_DRAFTER_DIR
 from ...decoding import cache_kwargs, crop_cache
 from ...drafter import load_drafter
 from ...settings import check_tree
-from ...target import chat_ids, describe_machine, load_target, stop_ids
+from ...target import chat_ids, load_target, stop_ids
 from ...verifier import speculative_generate
 from ...verify_cost import VerifyCost, costs_from_dict, costs_to_dict
 from .. import common
-from ..common import add_dtype, add_threads, check_suites, count, median_ms, take_turns
+from ..common import (add_dtype, add_load, add_threads, check_suites, count, median_ms,
+                      take_turns, write)
 from ..make_data.overlap import split_label
 
 BINS = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
@@ -250,6 +252,7 @@ def main(argv=None) -> dict:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--block-size", type=int, default=None)
     p.add_argument("--out", default=None, help="write the figures here as JSON (and a .png beside it)")
+    add_load(p)
     a = p.parse_args(argv)
     if a.what == "calibration":
         check_suites(p.error, a.suites, a.n, a.split)
@@ -285,8 +288,7 @@ def main(argv=None) -> dict:
                                         else "data/drafter")}
     if a.what == "curve":
         results.update(device=(torch.cuda.get_device_name() if target.device.type == "cuda"
-                               else "cpu"), dtype=str(target.dtype).replace("torch.", ""),
-                       machine=describe_machine())
+                               else "cpu"), dtype=str(target.dtype).replace("torch.", ""))
         results.update(context=a.context, threads=curve_by_threads(
             target, drafter, a.threads, context=a.context, max_k=a.max_k))
         for t, c in results["threads"].items():
@@ -309,11 +311,8 @@ def main(argv=None) -> dict:
                 f"{lo:.1f}-{hi:.1f}: {o:.2f} ({r})" for lo, hi, o, r in
                 zip(c["bins"], c["bins"][1:], c["observed"], c["reached"]) if o is not None))
         plot = plot_calibration
-    if a.out:
-        path = Path(a.out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(results, indent=1) + "\n")
-        plot(results, path.with_suffix(".png"))
+    write(results, a.out, plot, dtype=target.dtype, load=a.load,
+          drafters=[] if a.shape else [a.drafter or TINY_DRAFTER_DIR])   # --shape: random weights
     return results
 
 

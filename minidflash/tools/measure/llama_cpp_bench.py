@@ -37,14 +37,13 @@ converts, ``llama_cpp_binaries.py`` finds, runs and reads its programs). It is f
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import common
-from ..common import add_threads, check_suites, count, write
+from ..common import add_load, add_threads, check_suites, count, write
 from ..engines.llama_cpp import TARGET_TYPES, gguf_files, shown
 from ..engines.llama_cpp_binaries import (BENCH, PLAIN, PRE_TOKENIZER_REGEX, SPECULATIVE,
                                           bench_command, decode, find_binary, find_converter,
@@ -140,6 +139,7 @@ def arguments(argv=None) -> argparse.Namespace:
     p.add_argument("--torch-step-times", type=int, nargs="*", default=[],
                    help="also time the torch fp32 passes (bench.step_times) at these thread counts")
     p.add_argument("--out", default=None, help="write the figures here as JSON (and a .png beside it)")
+    add_load(p)
     a = p.parse_args(argv)
     if a.max_new_tokens < 2 or min(a.n_max) < 1:
         p.error("--max-new-tokens must be >= 2 and every --n-max >= 1")
@@ -334,6 +334,7 @@ def main(argv=None) -> dict:
               "p_min": a.p_min, "settings": [name for name, *_ in settings(a)],
               "threads": a.threads, "no_repack": a.no_repack, "reruns": 0, "suites": {}}
     kw = dict(threads=a.threads, no_repack=a.no_repack)
+    stamp = dict(dtype=f"llama.cpp {a.target_type}", drafters=[a.drafter], load=a.load)
     result["plain_command"] = shown(plain_command(tools, target_gguf.name, "PROMPT",
                                                   a.max_new_tokens, **kw))
     result["speculative_command"] = shown(speculative_command(
@@ -348,13 +349,11 @@ def main(argv=None) -> dict:
             result["suites"][suite] = {
                 "prompts_used": split_label(suite, a.split, len(prompts)), "prompts": rows,
                 "summary": summarise(rows, result["settings"], drafter is not None)}
-            if a.out:                                  # so far, in case the run is cut short
-                Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-                Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
+            write(result, a.out, None, **stamp)        # so far, in case the run is cut short
     result["decode_wall_s"] = round(time.time() - t0, 1)
     step_timings(result, s)
     print(report(result))
-    write(result, a.out, plot)
+    write(result, a.out, plot, **stamp)
     return result
 
 

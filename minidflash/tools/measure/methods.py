@@ -57,7 +57,7 @@ from tqdm.auto import tqdm
 from transformers import DynamicCache
 
 from ...ar_drafter import ARDrafter, load_ar_drafter, make_ar_config
-from ...config import TINY_AR_DRAFTER_DIR
+from ...config import TINY_AR_DRAFTER_DIR, TINY_DRAFTER_DIR
 from ...decoding import cache_kwargs, clock, crop_cache
 from ...drafter import DFlashDrafter, load_drafter, make_drafter_config
 from ...settings import TEXT_FIELDS, DecodingConfig
@@ -187,6 +187,19 @@ def load_method_drafters(specs, targets, dflash_default=None, ar_default=None) -
             key = None
         out[spec] = cache.get(key)
     return out
+
+
+def method_folders(specs, dflash_default=None, ar_default=None) -> list[str]:
+    """The drafter folders ``load_method_drafters`` reads for these methods (for the provenance
+    of a results file), each once."""
+    out = []
+    for spec in specs:
+        m = parse(spec)
+        if m.kind in ("dflash", "tree"):
+            out.append(str(m.path or dflash_default or TINY_DRAFTER_DIR))
+        elif m.kind == "ar":
+            out.append(str(m.path or ar_default or TINY_AR_DRAFTER_DIR))
+    return list(dict.fromkeys(out))
 
 
 def _generate(target, ids, max_new_tokens, stops, lookup: int | None):

@@ -19,19 +19,17 @@ and the words missed most often.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from collections import Counter
-from pathlib import Path
 
 import torch
 
-from ...config import PROMPTS_DIR
+from ...config import PROMPTS_DIR, TINY_DRAFTER_DIR
 from ...drafter import load_drafter
 from ...target import chat_ids, load_target, stop_ids
 from ...verifier import speculative_generate
-from ..common import add_dtype, add_threads, check_suites, count, read_jsonl
+from ..common import add_dtype, add_load, add_threads, check_suites, count, read_jsonl, write
 
 KINDS = ("word in question", "other word", "digits", "symbols", "spaces and newlines")
 
@@ -103,6 +101,7 @@ def main(argv=None) -> dict:
     add_threads(p)
     add_dtype(p)
     p.add_argument("--out", default=None, help="write the result here too, as JSON")
+    add_load(p)
     a = p.parse_args(argv)
     check_suites(p.error, a.suites)
     torch.set_num_threads(a.threads)
@@ -116,7 +115,6 @@ def main(argv=None) -> dict:
         result["suites"][suite] = misses(target, tokenizer, drafter, rows, a.max_new_tokens,
                                          a.block_size)
         print(report(suite, result["suites"][suite]), flush=True)
-    if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(json.dumps(result, indent=1))
+    write(result, a.out, None, dtype=target.dtype, drafters=[a.drafter or TINY_DRAFTER_DIR],
+          load=a.load)
     return result

@@ -120,7 +120,7 @@ def provenance(results: dict) -> str:
     weights' sha256), the torch threads and the load (alone, or beside another process). What a
     file does not record is said as "not recorded", never guessed. Timings compare only between
     files whose lines agree."""
-    return (f"measured on: {_machine(results)}; dtype {results.get('dtype') or NOT_RECORDED}; "
+    return (f"machine {_machine(results)}; dtype {results.get('dtype') or NOT_RECORDED}; "
             f"drafter {_drafters(results)}; threads {_threads(results)}; "
             f"load {LOADS.get(results.get('load'), NOT_RECORDED)}")
 

@@ -31,7 +31,7 @@ from transformers import DynamicCache
 
 from ...decoding import crop_cache, target_pass
 from ...target import load_target
-from ..common import add_dtype, add_threads, write
+from ..common import add_dtype, add_load, add_threads, write
 
 KINDS = {
     "matmul": ("aten::mm", "aten::addmm", "aten::bmm", "aten::linear", "aten::matmul",
@@ -117,6 +117,7 @@ def main(argv=None) -> dict:
     p.add_argument("--context", type=int, default=256, help="cached tokens before (default 256)")
     p.add_argument("--repeats", type=int, default=15, help="profiled passes a point (default 15)")
     p.add_argument("--out", default=None, help="write the split here (and a .png beside it)")
+    add_load(p)
     a = p.parse_args(argv)
     if a.tokens < 2 or a.context < 1 or a.repeats < 1 or min(a.threads) < 1:
         p.error("--tokens >= 2, --context >= 1, --repeats >= 1, --threads >= 1")
@@ -130,5 +131,5 @@ def main(argv=None) -> dict:
         for n, s in by.items():
             print(f"{t} thread(s), {n:>2} token(s): wall {s['wall']:.1f} ms = " + ", ".join(
                 f"{k} {s[k]:.1f}" for k in [*KINDS, "other ops", "overhead"]))
-    write(results, a.out, plot)
+    write(results, a.out, plot, dtype=target.dtype, drafters=[], load=a.load)
     return results

@@ -30,7 +30,7 @@ from ...settings import DecodingConfig
 from ...target import chat_ids, load_target, stop_ids
 from ...trainer import smooth
 from ...verifier import speculative_generate
-from ..common import add_threads, check_suites, count, read_jsonl, write
+from ..common import add_load, add_threads, check_suites, count, read_jsonl, write
 
 
 def snapshot_taus(target, tokenizer, drafter, rows_by_suite: dict, max_new_tokens: int) -> dict:
@@ -98,6 +98,7 @@ def main(argv=None) -> dict:
     p.add_argument("--out", default=None, help="write the curve here as JSON (and a .png beside it)")
     p.add_argument("--extend", action="store_true",
                    help="add these snapshots' points to the curve already in --out")
+    add_load(p)
     a = p.parse_args(argv)
     check_suites(p.error, a.suites)
     old = extendable(a) if a.extend else None
@@ -140,7 +141,7 @@ def main(argv=None) -> dict:
                   "extended_by": old.get("extended_by", []) + [result["command"]],
                   "points": sorted(old["points"] + points, key=lambda p: p["answers_seen"]),
                   "training_anchors": anchors}
-    write(result, a.out, plot)
+    write(result, a.out, plot, dtype=target.dtype, drafters=a.snapshots, load=a.load)
     return result
 
 
