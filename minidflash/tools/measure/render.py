@@ -280,3 +280,144 @@ def projection_figure(proj: dict):
                xlabel="projected speedup over plain")
     _finish(fig, axes, height)
     return fig
+
+
+def curves_figure(curves: list, title: str, flat_label: str | None = None, figsize=(8, 3.4)):
+    """Verify curves, t(k) / t(1) against k: curves [(label, steps, style)], style a dict of
+    matplotlib's plot keywords (``fmt`` the format string); a dotted line at one decode step."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=figsize)
+    for label, steps, style in curves:
+        style = dict(style)
+        ax.plot(range(1, len(steps) + 1), steps, style.pop("fmt", "o-"), label=label, **style)
+    ax.axhline(1.0, color="k", lw=0.8, ls=":", label=flat_label)
+    ax.set(xlabel="tokens in the target pass (k)", ylabel="t(k) / t(1)  (decode steps)",
+           title=title, ylim=(0, None))
+    ax.legend(fontsize=8, ncol=1 + (len(curves) > 4))
+    fig.tight_layout()
+    return fig
+
+
+def ratio_figure(table: dict, suites, cuts):
+    """Notebook 13, section 2: tau, drafts verified a step and llama.cpp's accepted / verified
+    against the cut p_min; table[(suite, p_min)] = (tau, verified, ratio)."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+    titles = ["tau: tokens per verify step", "drafts verified per step",
+              "accepted / verified (llama.cpp)"]
+    for k, (ax, title) in enumerate(zip(axes, titles)):
+        for i, suite in enumerate(suites):
+            ax.plot(cuts, [table[suite, p][k] for p in cuts], "o-", color=f"C{i}", label=suite)
+        ax.set(xlabel="confidence cut p_min", title=title, xticks=cuts)
+        ax.set_ylim(0, 1.05 if k == 2 else None)
+    axes[0].legend(fontsize=8, loc="lower left")
+    fig.tight_layout()
+    return fig
+
+
+def cut_figure(steps: list[dict], p_min: float, block_size: int):
+    """Each step's q_j by slot: accepted green, rejected red, cut grey, the cut after slot m.
+    steps: [{"q": (B-1,), "m", "accepted"}]."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    fig, axes = plt.subplots(1, len(steps), figsize=(12, 3.3), sharey=True)
+    slots = range(1, block_size)
+    for ax, (k, s) in zip(axes, enumerate(steps, 1)):
+        m, a = s["m"], s["accepted"]
+        ax.bar(slots, s["q"].tolist(), edgecolor=["k" if j <= m else "grey" for j in slots],
+               color=["tab:green" if j <= a else "tab:red" if j <= m else "lightgrey" for j in slots])
+        ax.axhline(p_min, color="k", ls="--", lw=1)
+        ax.axvline(m + 0.5, color="C0", lw=2)
+        ax.set(title=f"step {k}: cut m = {m}, accepted a = {a}", xlabel="slot j",
+               xticks=[1, 4, 8, 12, 15])
+    axes[0].set_ylabel("q_j: the drafter's probability of d_j")
+    fig.legend(handles=[Patch(color="tab:green", label="accepted"),
+                        Patch(color="tab:red", label="rejected"),
+                        Patch(color="lightgrey", label="cut: never verified"),
+                        Line2D([], [], color="k", ls="--", lw=1, label=f"p_min = {p_min}"),
+                        Line2D([], [], color="C0", lw=2, label="the cut (after slot m)")],
+               loc="lower center", ncol=5, fontsize=8)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    return fig
+
+
+def mask_figure(mask, names: list[str], depths: list[int], title: str):
+    """A tree attention mask over [root, nodes] (query rows, key columns), tokens as labels."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.6, 5.2))
+    ax.imshow(mask.float(), cmap="Greens", vmin=0, vmax=1.3)
+    ax.set_xticks(range(len(names)), names, rotation=90, fontsize=7)
+    ax.set_yticks(range(len(names)), [f"{n} (d{d})" for n, d in zip(names, depths)], fontsize=7)
+    ax.set(title=title, xlabel="key (root, then nodes)", ylabel="query (depth)")
+    fig.tight_layout()
+    return fig
+
+
+def calibration_table(runs: dict, min_reached: int) -> None:
+    """Per suite: reached slots and the share accepted, per bin of q (thin bins: '-')."""
+    bins = next(iter(runs.values()))["bins"]
+    print(f"{'bin of q':<22}" + "".join(f"{lo:>6.1f}" for lo in bins[:-1]))
+    for suite, c in runs.items():
+        print(f"{suite + ': reached':<22}" + "".join(f"{r:>6d}" for r in c["reached"]))
+        shares = [f"{o:>6.2f}" if o is not None and r >= min_reached else f"{'-':>6}"
+                  for o, r in zip(c["observed"], c["reached"])]
+        print(f"{'  share accepted':<22}" + "".join(shares))
+
+
+def calibration_figure(runs: dict, min_reached: int, title: str):
+    """Left: the share of reached slots accepted per bin of q. Right: P(slots 1..j all
+    accepted) against the mean product of q over slots 1..j (``budget.calibration``'s runs)."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 3.8))
+    ax.plot([0, 1], [0, 1], color="k", lw=0.8, ls=":", label="calibrated")
+    for i, (suite, c) in enumerate(runs.items()):
+        mids = [(lo + hi) / 2 for lo, hi in zip(c["bins"], c["bins"][1:])]
+        pts = [(x, o) for x, o, r in zip(mids, c["observed"], c["reached"])
+               if o is not None and r >= min_reached]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=f"C{i}", label=suite)
+        js = [x["slot"] for x in c["slots"]]
+        ax2.plot(js, [x["all_accepted"] for x in c["slots"]], "o-", color=f"C{i}",
+                 label=f"{suite}: observed")
+        ax2.plot(js, [x["q_product"] for x in c["slots"]], "s--", color=f"C{i}", alpha=0.6,
+                 label=f"{suite}: product of q")
+    ax.set(xlabel="drafter's q of its own token (bin middle)", ylabel="share the target accepted",
+           title=f"{title}: reached slots (bins with >= {min_reached})", xlim=(0, 1), ylim=(0, 1.05))
+    ax.legend(fontsize=7, loc="upper left")
+    ax2.set(xlabel="slot j", ylabel="P(slots 1..j all accepted)", ylim=(0, 1.05),
+            title="a prefix: observed vs predicted")
+    ax2.legend(fontsize=7, loc="upper right", ncol=2)
+    fig.tight_layout()
+    return fig
+
+
+def near_tie_figure(names: list[str], bf16: list[float], fp32: list[float], step: float):
+    """One near-tie on a number line: the bf16 grid (a line every ``step``), the window within
+    two steps of the top that ``greedy_choice`` recomputes, each token's logit as the bf16 head
+    gave it (circles) and recomputed in fp32 (crosses)."""
+    import math
+
+    import matplotlib.pyplot as plt
+
+    lo = math.floor(min(bf16 + fp32) / step) * step - step
+    hi = math.ceil(max(bf16 + fp32) / step) * step + step
+    fig, ax = plt.subplots(figsize=(8, 2.8))
+    for k in range(round((hi - lo) / step) + 1):
+        ax.axvline(lo + k * step, color="#b0b0b0", lw=1.2, zorder=1)
+    ax.axvspan(max(bf16) - 2 * step, max(bf16), color="C2", alpha=0.1, zorder=0,
+               label="within two steps of the top: recomputed in fp32")
+    for i, (name, b, f) in enumerate(zip(names, bf16, fp32)):
+        y = 0.6 - 0.4 * i
+        ax.plot([b], [y], "o", ms=11, mfc="none", color=f"C{i}", zorder=3,
+                label=f"{name}: bf16 {b:.4f}")
+        ax.plot([f], [y], "x", ms=9, color=f"C{i}", zorder=3, label=f"{name}: fp32 {f:.4f}")
+    ax.set(xlim=(lo, hi), ylim=(-0.2, 1.5), yticks=[], xlabel=f"logit (grey: the bf16 grid, a "
+           f"step of {step:g})", title="one near-tie: the bf16 head's logits and fp32's")
+    ax.legend(fontsize=7, ncol=3, loc="upper center")
+    fig.tight_layout()
+    return fig
