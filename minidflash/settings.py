@@ -70,7 +70,7 @@ def check_tree(tree) -> dict:
     return dict(tree)
 
 
-def stop_ids(stops) -> tuple[int, ...]:
+def as_stop_ids(stops) -> tuple[int, ...]:
     """stop_token_ids as a tuple of ints: an int, or a list, tuple or 1-D tensor of them."""
     if isinstance(stops, torch.Tensor):
         if stops.dim() > 1 or stops.is_floating_point() or stops.dtype == torch.bool:
@@ -104,7 +104,7 @@ class DecodingConfig:
     record_steps: bool = False
 
     def __post_init__(self):
-        object.__setattr__(self, "stop_token_ids", stop_ids(self.stop_token_ids))
+        object.__setattr__(self, "stop_token_ids", as_stop_ids(self.stop_token_ids))
         if self.tree is False:
             object.__setattr__(self, "tree", None)
         elif self.tree not in (None, True):
