@@ -32,7 +32,9 @@ from dataclasses import dataclass, field, fields, replace
 import torch
 from transformers import DynamicCache
 
+from . import lean
 from .drafter import DFlashDrafter, check_fits
+from .lean import of as lean_pass
 from .settings import DecodingConfig
 from .verify_cost import VerifyCost, for_threads
 
@@ -103,7 +105,7 @@ def prepare(target, drafter, input_ids, config=None, given=None, batch: bool = F
         raise ValueError("a tree decodes one sequence at a time: pass tree=False for a batch, "
                          "whose rows verify chains (a drafter's default tree gives way by itself).")
     cfg = base.override(**given).resolve(drafter, batch)
-    cfg = replace(cfg, cost=cost_of(target, drafter, cfg))
+    cfg = replace(cfg, cost=cost_of(target, drafter, cfg), lean=lean_of(target, cfg))
     check_call(target, drafter, input_ids, cfg, batch)
     return cfg
 
@@ -121,6 +123,15 @@ def cost_of(target, drafter, cfg: DecodingConfig) -> VerifyCost | bool:
                              "curve`, then `budget cost`, or pass a VerifyCost.")
         cost = for_threads(drafter.costs, dtype=target.dtype)
     return cost if cfg.trust is None else replace(cost, trust_weight=cfg.trust)
+
+
+def lean_of(target, cfg: DecodingConfig) -> bool:
+    """Whether the call's target passes run through lean.py: as asked, or (None) wherever the
+    target supports it. Asked for where it cannot: an error that says why."""
+    why = lean.supports(target)
+    if cfg.lean and why:
+        raise ValueError(f"lean=True, but {why}: pass lean=False (--no-lean).")
+    return why is None if cfg.lean is None else cfg.lean
 
 
 def check_call(target, drafter, input_ids, cfg: DecodingConfig, batch: bool = False) -> None:
@@ -224,14 +235,17 @@ def choose(logits: torch.Tensor, temperature: float, generator=None, hidden=None
 
 # -- the target's pass, its cache, the clock -----------------------------------------------------
 def target_pass(target, input_ids, cache, layers: bool, final: bool, logits_to_keep: int = 0,
-                **kwargs):
+                lean: bool = False, **kwargs):
     """One target pass over input_ids (N, T) with the KV cache: (logits, hidden_states, final).
 
     layers: every layer's hidden states (the drafter's features), else None. final: the last
     norm's output at the kept positions (N, T', H), for ``greedy_choice``, else None. Plain
     decoding asks for the final state only: the base model runs and the lm_head is applied
-    here, as the causal-LM class applies it, without keeping every layer's states.
+    here, as the causal-LM class applies it, without keeping every layer's states. lean: the
+    same numbers through lean.py (kwargs: attention_mask, position_ids).
     """
+    if lean:
+        return lean_pass(target)(input_ids, cache, layers, final, logits_to_keep, **kwargs)
     if layers or not final:
         out = target(input_ids=input_ids, **cache_kwargs(target, cache), **kwargs,
                      output_hidden_states=layers, logits_to_keep=logits_to_keep)

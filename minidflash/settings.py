@@ -19,6 +19,8 @@ stops. A drafter's ``decoding.json`` loads into one (``DecodingConfig.of(drafter
     temperature     0: greedy; T > 0: the target samples (the drafter always drafts greedily)
     fp32_ties       a bf16 target's greedy near-ties decided in fp32 (decoding.greedy_choice)
     record_steps    keep every step's drafts and the target's choices (a chain's)
+    lean            the target's passes through lean.py (packed weights, one loop over the
+                    layers; the same numbers): None where the target supports it, else off
 
 No field makes another illegal. A tree has no cut and records no steps, so a call that asks for
 ``p_min`` or ``record_steps`` over a drafter's default tree gets a chain (``describe`` says so);
@@ -28,7 +30,8 @@ drafts nothing: a tree is dropped there.
 The text of a config (``str(config)``, ``DecodingConfig.parse``) is the bench's method names and
 the results files' keys: ``plain``, ``dflash[:B]``, ``tree[:B]/nN/topK``, then any of ``/pP``
 (the cut), ``/cost``, ``/trustW``, ``/T0.7`` (temperature), ``/argmax`` (fp32_ties off),
-``/steps`` (record_steps). The length and the stops belong to the call and are not in the text.
+``/steps`` (record_steps), ``/lean`` or ``/nolean``. The length and the stops belong to the
+call and are not in the text.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from .verify_cost import VerifyCost
 
 MAX_TREE_NODES = 128       # a verify pass over more nodes costs more than any path can repay
 TEXT_FIELDS = ("block_size", "p_min", "cost", "trust", "tree", "temperature", "fp32_ties",
-               "record_steps")      # a method's text names these; the rest belong to the call
+               "record_steps", "lean")      # a method's text names these; the rest belong to the call
 FILE_FIELDS = ("block_size", "p_min", "cost", "trust", "tree", "temperature", "fp32_ties")
 
 
@@ -102,6 +105,7 @@ class DecodingConfig:
     temperature: float = 0.0
     fp32_ties: bool = True
     record_steps: bool = False
+    lean: bool | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "stop_token_ids", as_stop_ids(self.stop_token_ids))
@@ -132,6 +136,9 @@ class DecodingConfig:
         for name in ("fp32_ties", "record_steps"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}.")
+        if self.lean not in (None, True, False):
+            raise ValueError(f"lean must be True, False or None (where the target supports it), "
+                             f"got {self.lean!r}.")
         if self.tree is not None and (p or self.record_steps):
             raise ValueError("p_min and record_steps are a chain's: a tree has no cut and records "
                              "no steps. Pass tree=False with them (a drafter's default tree gives "
@@ -192,7 +199,8 @@ class DecodingConfig:
         text += f"/trust{self.trust:g}" if self.trust is not None else ""
         text += f"/T{self.temperature:g}" if self.temperature else ""
         text += "" if self.fp32_ties else "/argmax"
-        return text + ("/steps" if self.record_steps else "")
+        text += "/steps" if self.record_steps else ""
+        return text + {None: "", True: "/lean", False: "/nolean"}[self.lean]
 
     @classmethod
     def parse(cls, text: str, **call) -> "DecodingConfig":
@@ -203,15 +211,18 @@ class DecodingConfig:
         if kind not in ("plain", "dflash", "tree") or (B and not B.isdigit()) or (
                 kind == "plain" and B):
             raise ValueError(f"{text!r} is not a decoding: plain, dflash[:B] or tree[:B]/nN/topK, "
-                             f"then /pP /cost /trustW /T<temperature> /argmax /steps as wanted.")
+                             f"then /pP /cost /trustW /T<temperature> /argmax /steps /lean /nolean "
+                             f"as wanted.")
         f = dict(call, block_size=1 if kind == "plain" else (int(B) if B else None))
         tree = {}
         for opt in opts:
-            key = next((k for k in ("cost", "argmax", "steps", "trust", "top", "p", "n", "T")
-                        if opt.startswith(k)), None)
+            key = next((k for k in ("cost", "argmax", "steps", "trust", "top", "p", "nolean",
+                                    "n", "lean", "T") if opt.startswith(k)), None)
             value = opt[len(key or ""):]
             try:
-                if key in ("cost", "argmax", "steps") and not value:
+                if key in ("lean", "nolean") and not value:
+                    f["lean"] = key == "lean"
+                elif key in ("cost", "argmax", "steps") and not value:
                     f[{"cost": "cost", "argmax": "fp32_ties", "steps": "record_steps"}[key]] = (
                         key != "argmax")
                 elif key in ("n", "top"):
@@ -221,7 +232,7 @@ class DecodingConfig:
             except (KeyError, ValueError):
                 raise ValueError(f"{text!r}: option {opt!r} is not one of pP (the cut), cost, "
                                  f"trustW, nN and topK (a tree), T<temperature>, argmax, "
-                                 f"steps.") from None
+                                 f"steps, lean, nolean.") from None
         if tree and kind != "tree":
             raise ValueError(f"{text!r}: /nN and /topK are a tree's: tree:B/nN/topK.")
         if kind == "tree":
@@ -331,6 +342,8 @@ FLAG_HELP = {
     "temperature": "0: greedy (default); T > 0: the target samples",
     "fp32_ties": "a bf16 target's greedy near-ties decided in fp32 (default on; --no-fp32-ties)",
     "record_steps": "keep every step's drafts and the target's choices",
+    "lean": "the target's passes through lean.py (default: where the target supports it; "
+            "--no-lean: transformers' forward)",
 }
 
 
@@ -350,9 +363,9 @@ def tree_flag(text: str):
 
 def add_flags(parser, skip=()) -> None:
     """An option per DecodingConfig field (--max-new-tokens, --block-size, --p-min, --cost,
-    --trust, --tree, --temperature, --fp32-ties, --record-steps), each None unless given, so that
-    a command keeps the drafter's decoding.json for what the command line leaves out. The stops
-    come from the tokenizer. ``skip``: fields the command sets its own way."""
+    --trust, --tree, --temperature, --fp32-ties, --record-steps, --lean), each None unless
+    given, so that a command keeps the drafter's decoding.json for what the command line leaves
+    out. The stops come from the tokenizer. ``skip``: fields the command sets its own way."""
     import argparse
     types = {"max_new_tokens": int, "block_size": int, "p_min": float, "trust": float,
              "temperature": float, "tree": tree_flag}

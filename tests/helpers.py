@@ -75,6 +75,8 @@ def record_decoding(target, drafter, input_ids, max_new_tokens, **kwargs):
     after it, the ``positions`` and the ``block`` token ids the drafter forward was given, and the
     ``draft`` it returned. ``layer_outputs[f][l]`` is the output of target decoder layer l (for
     each l in the drafter's target_layer_ids) in target forward f: 0 the prefill, then verifies.
+    The hooks see transformers' layer modules, so the target runs its own forward (lean=False);
+    tests/test_lean.py holds the lean pass to the same states, bit for bit.
     """
     from minidflash.verifier import speculative_generate
 
@@ -111,7 +113,7 @@ def record_decoding(target, drafter, input_ids, max_new_tokens, **kwargs):
     drafter.draft, drafter.forward = draft, forward
     try:
         result = speculative_generate(target, drafter, input_ids, max_new_tokens=max_new_tokens,
-                                      record_steps=True, **kwargs)
+                                      record_steps=True, **{"lean": False, **kwargs})
     finally:
         del drafter.draft, drafter.forward
         for h in hooks:

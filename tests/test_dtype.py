@@ -182,7 +182,7 @@ def test_plain_decoding_reads_the_final_state_without_every_layers():
     spy = lambda self, *a, **k: asked.append(k.get("output_hidden_states")) or real(self, *a, **k)
     type(target).forward = spy
     try:
-        out = speculative_generate(target, None, ids, max_new_tokens=6, block_size=1)
+        out = speculative_generate(target, None, ids, max_new_tokens=6, block_size=1, lean=False)
     finally:
         type(target).forward = real
     assert out.num_new_tokens == 6 and not any(asked)

@@ -236,6 +236,8 @@ def test_record_steps_over_a_tree_selects_the_chain(tiny):
     ("dflash:8/steps", lambda r: len(r.steps) == len(r.acceptance_lengths)),
     ("plain", lambda r: set(r.acceptance_lengths) == {1}),
     ("dflash:8/argmax", lambda r: r.config.fp32_ties is False),
+    ("dflash:8/nolean", lambda r: r.config.lean is False),
+    ("dflash:8/lean", lambda r: r.config.lean is True),
 ])
 def test_the_bench_decodes_what_its_method_says(tiny, spec, check):
     target, drafter, prompts, stops = tiny
@@ -243,7 +245,7 @@ def test_the_bench_decodes_what_its_method_says(tiny, spec, check):
     r = methods.decode(target, drafter, prompts[0], 17, stops, m)
     assert check(r) and r.num_new_tokens <= 17 and r.config.max_new_tokens == 17
     assert r.config.stop_token_ids == tuple(stops)
-    assert str(replace(r.config, block_size=m.config.block_size)) == str(m.config)
+    assert str(replace(r.config, block_size=m.config.block_size, lean=m.config.lean)) == str(m.config)
 
 
 # -- the demo and the bench's block-size runs: each command-line field reaches every decode ----

@@ -95,15 +95,14 @@ def test_caches_are_context_only_and_cropped(monkeypatch):
     ref = plain_greedy(target, ids, 40)
     drafter = OracleDrafter(random_drafter(target, 5), torch.cat([ref, ref], 1), 0.2, seed=1)
     target_caches, seen = [], []
-    real_forward, real_draft = target.forward, drafter.draft
+    real_pass, real_draft = verifier.target_pass, drafter.draft
 
-    def target_spy(*args, **kwargs):
-        cache = kwargs.get("past_key_values", kwargs.get("cache"))
+    def target_spy(target_, input_ids, cache, *args, **kwargs):   # every target pass, lean or not
         pos = kwargs.get("position_ids")        # None at the prefill
         # Each verify finds exactly the committed tokens before its block (t not fed yet).
         assert cache.get_seq_length() == (0 if pos is None else int(pos[0, 0]))
         target_caches.append(cache)
-        return real_forward(*args, **kwargs)
+        return real_pass(target_, input_ids, cache, *args, **kwargs)
 
     def spy(target_, last, hidden, start, cache, B=None, context_ids=None):
         assert target_caches[-1].get_seq_length() == start   # cropped: rejected drafts are gone
@@ -114,7 +113,7 @@ def test_caches_are_context_only_and_cropped(monkeypatch):
         seen.append(start)
         return out
 
-    monkeypatch.setattr(target, "forward", target_spy)
+    monkeypatch.setattr(verifier, "target_pass", target_spy)
     monkeypatch.setattr(drafter, "draft", spy)
     out = speculative_generate(target, drafter, ids, max_new_tokens=40, block_size=8)
     assert torch.equal(out.output_ids, ref) and len(seen) == len(out.acceptance_lengths)

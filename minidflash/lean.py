@@ -1,0 +1,183 @@
+"""The lean step: one target pass with the arithmetic of transformers' forward and less around it.
+
+Not a paper section: what a decode step costs on a CPU. A one-token pass of SmolLM2-135M in bf16
+on one core (``python -m minidflash step-profile``, data/results/step_profile_smollm2_*.json) is
+54 ms, 35 of them in matrix products that run at a third of the speed the same products reach
+with their weights laid out once for oneDNN, and about 12 in everything that is not arithmetic:
+module calls, hooks, argument handling, a rotary embedding recomputed every layer. A verify pass
+pays the same, so a leaner pass speeds plain and speculative decoding alike.
+
+``LeanTarget(model)`` is that pass for a Llama, Qwen2 or Qwen3 causal LM (full attention):
+
+1. Each group of projections that read the same input is one matrix (q, k, v; gate, up), and in
+   bf16 on a CPU with native bf16 the matrix is packed once (``torch.ops.mkldnn``). Both are
+   bit-identical to transformers' separate ``nn.Linear`` calls (tests/test_lean.py compares the
+   logits and every layer's hidden states exactly); fp32 stays on ``F.linear``, whose packed
+   twin rounds differently.
+2. One loop over the layers calls what transformers' layers call, in the same order: the RMSNorm
+   arithmetic, the rotary embedding (read from a table of cos and sin, computed once by the
+   model's own rotary module), ``cache.update`` of the same ``DynamicCache``, transformers' mask
+   builder and its SDPA attention function. Cropping, tree and batch bookkeeping of the cache work
+   unchanged.
+
+``decoding.target_pass`` runs it when the config's ``lean`` is on (the default where
+``supports`` says the target can: a CPU model of those families).
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+import torch.nn.functional as F
+
+FAMILIES = ("llama", "qwen2", "qwen3")
+
+
+def supports(model) -> str | None:
+    """Why ``model`` cannot take the lean pass (a sentence), or None when it can."""
+    config = getattr(model, "config", None)
+    kind = getattr(config, "model_type", None)
+    if kind not in FAMILIES:
+        return f"the lean pass knows {', '.join(FAMILIES)} models, not {kind!r}"
+    if model.device.type != "cpu":
+        return f"the lean pass is for a CPU, and the model is on {model.device.type}"
+    if any(t != "full_attention" for t in getattr(config, "layer_types", None) or ()):
+        return "the model has sliding-window layers, which the lean pass does not build masks for"
+    if getattr(config, "_attn_implementation", "sdpa") != "sdpa":
+        return f"the lean pass calls SDPA, and the model asks for {config._attn_implementation!r}"
+    return None
+
+
+def native_packing(weight: torch.Tensor) -> bool:
+    """Is a bf16 weight on a CPU with native bf16 (oneDNN packs it, with the same results)?"""
+    return (weight.device.type == "cpu" and weight.dtype == torch.bfloat16
+            and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()))
+
+
+class Projection:
+    """Several ``nn.Linear`` that read the same input, as one matrix: ``self(x)`` is their
+    outputs, in order (a tuple when there are several)."""
+
+    def __init__(self, *linears: torch.nn.Linear):
+        weight = torch.cat([lin.weight.detach() for lin in linears])          # (sum out, in)
+        biases = [lin.bias for lin in linears]
+        self.bias = None if biases[0] is None else torch.cat([b.detach() for b in biases])
+        self.sizes = [lin.out_features for lin in linears]
+        self.packed = native_packing(weight)
+        self.weight = (torch.ops.mkldnn._reorder_linear_weight(weight, 1) if self.packed
+                       else weight)
+
+    def __call__(self, x: torch.Tensor):
+        if self.packed:
+            flat = x.reshape(-1, x.shape[-1])
+            y = torch.ops.mkldnn._linear_pointwise(flat, self.weight, self.bias, "none", [], "")
+            y = y.view(*x.shape[:-1], y.shape[-1])
+        else:
+            y = F.linear(x, self.weight, self.bias)
+        return y.split(self.sizes, -1) if len(self.sizes) > 1 else y
+
+
+def rms_norm(x: torch.Tensor, norm) -> torch.Tensor:
+    """transformers' RMSNorm of Llama and Qwen, its arithmetic step for step (the variance in fp32,
+    the weight applied in the input's dtype)."""
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+    return norm.weight * h.to(x.dtype)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """The rotary embedding of x (N, heads, T, D) at cos, sin (N, 1, T, D)."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
+
+
+class LeanTarget:
+    """The lean pass of a causal LM (``supports``): ``self(ids, cache, ...)`` as
+    ``decoding.target_pass`` wants it. Built once per model (``of``)."""
+
+    def __init__(self, model):
+        if (why := supports(model)) is not None:
+            raise ValueError(f"{why}; decode with lean=False (--no-lean).")
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+        from transformers.masking_utils import create_causal_mask
+
+        self.model, self.body = model, model.base_model
+        self.attend, self.mask_of = sdpa_attention_forward, create_causal_mask
+        self.layers = []
+        for layer in self.body.layers:
+            a, m = layer.self_attn, layer.mlp
+            self.layers.append(dict(
+                attn=a, qkv=Projection(a.q_proj, a.k_proj, a.v_proj), o=Projection(a.o_proj),
+                q_norm=getattr(a, "q_norm", None), k_norm=getattr(a, "k_norm", None),
+                norm_in=layer.input_layernorm, norm_mid=layer.post_attention_layernorm,
+                gate_up=Projection(m.gate_proj, m.up_proj), down=Projection(m.down_proj),
+                act=m.act_fn, head_dim=a.head_dim))
+        self.head = Projection(model.get_output_embeddings())
+        self.cos = self.sin = None
+        self.params = list(model.parameters())
+        self.source = self.weights()
+
+    def weights(self) -> list:
+        """What the pass copied from: each parameter's storage, dtype and in-place version."""
+        return [(p.data_ptr(), p.dtype, p._version) for p in self.params]
+
+    def rope(self, position_ids: torch.Tensor, like: torch.Tensor):
+        """cos, sin (N, 1, T, D) at position_ids (N, T): rows of a table the model's own rotary
+        module computed once (the same numbers it computes every pass), grown when outrun."""
+        need = int(position_ids.max()) + 1
+        if self.cos is None or self.cos.shape[0] < need:
+            size = max(need, 2 * (0 if self.cos is None else self.cos.shape[0]), 512)
+            positions = torch.arange(size, device=like.device)[None]
+            cos, sin = self.body.rotary_emb(like, position_ids=positions)      # (1, size, D)
+            self.cos, self.sin = cos[0], sin[0]
+        return self.cos[position_ids][:, None], self.sin[position_ids][:, None]
+
+    @torch.no_grad()
+    def __call__(self, input_ids, cache, layers: bool, final: bool, logits_to_keep: int = 0,
+                 attention_mask=None, position_ids=None):
+        """(logits, hidden_states, final) as ``decoding.target_pass``: the logits at the last
+        ``logits_to_keep`` positions (0: all), every layer's states (transformers' tuple: the
+        embeddings, each layer's output, the last one normed) when ``layers``, and the normed
+        final state at the kept positions when ``final``."""
+        h = self.body.embed_tokens(input_ids)                                 # (N, T, H)
+        N, T = input_ids.shape
+        if position_ids is None:
+            position_ids = torch.arange(T, device=h.device)[None] + cache.get_seq_length()
+        mask = self.mask_of(config=self.body.config, inputs_embeds=h, attention_mask=attention_mask,
+                            cache=cache, position_ids=position_ids)
+        cos, sin = self.rope(position_ids, h)
+        states = [h] if layers else None
+        for i, p in enumerate(self.layers):
+            x = rms_norm(h, p["norm_in"])
+            q, k, v = p["qkv"](x)
+            q, k, v = (t.view(N, T, -1, p["head_dim"]) for t in (q, k, v))
+            if p["q_norm"] is not None:                                       # Qwen3
+                q, k = rms_norm(q, p["q_norm"]), rms_norm(k, p["k_norm"])
+            q, k = rotate(q.transpose(1, 2), cos, sin), rotate(k.transpose(1, 2), cos, sin)
+            k, v = cache.update(k, v.transpose(1, 2), i)
+            out, _ = self.attend(p["attn"], q, k, v, mask, dropout=0.0, scaling=p["attn"].scaling)
+            h = h + p["o"](out.reshape(N, T, -1))
+            x = rms_norm(h, p["norm_mid"])
+            gate, up = p["gate_up"](x)
+            h = h + p["down"](p["act"](gate) * up)
+            if layers and i < len(self.layers) - 1:
+                states.append(h)
+        h = rms_norm(h, self.body.norm)
+        if layers:
+            states.append(h)
+        last = h[:, -logits_to_keep:] if logits_to_keep else h
+        return self.head(last), (tuple(states) if layers else None), (last if final else None)
+
+
+_KEPT: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()    # model -> its LeanTarget
+
+
+def of(model) -> LeanTarget:
+    """The model's lean pass, built at its first use and kept beside the model (a copy of the
+    model is a new model); built again when the weights it copied from changed since: a cast, a
+    load or any in-place edit (torch counts those in each tensor's version)."""
+    lean = _KEPT.get(model)
+    if lean is None or lean.source != lean.weights():
+        lean = _KEPT[model] = LeanTarget(model)
+    return lean
