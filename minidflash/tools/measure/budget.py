@@ -34,9 +34,9 @@ import torch
 from transformers import DynamicCache
 
 from ...config import TINY_DRAFTER_DIR
-from ...decoding import cache_kwargs, crop_cache
+from ...decoding import crop_cache, lean_of, target_pass
 from ...drafter import load_drafter
-from ...settings import check_tree
+from ...settings import DecodingConfig, check_tree
 from ...target import chat_ids, load_target, stop_ids
 from ...verifier import speculative_generate
 from ...verify_cost import VerifyCost, costs_from_dict, costs_to_dict
@@ -75,21 +75,24 @@ def random_pair(shape, device: str, dtype: torch.dtype):
 
 
 @torch.inference_mode()
-def verify_curve(target, drafter, context: int = 256, max_k: int = 16, repeats: int = 10) -> dict:
+def verify_curve(target, drafter, context: int = 256, max_k: int = 16, repeats: int = 10,
+                 lean: bool | None = None) -> dict:
     """Median ms of a target pass over k = 1..max_k tokens after `context` cached tokens (with the
     hidden states the drafter reads), and of one drafter call for its block size (at most
-    max_k), on the target's device."""
+    max_k), on the target's device. lean: the pass a decode runs (None: lean.py where the target
+    supports it, as a decode's default; False: transformers' forward)."""
     device = target.device
+    lean = lean_of(target, DecodingConfig(lean=lean))
     ids = torch.randint(0, 200, (1, context + max_k), device=device)
     cache = DynamicCache()
-    target(input_ids=ids[:, :context], **cache_kwargs(target, cache))
+    target_pass(target, ids[:, :context], cache, False, False, lean=lean)
     ms = []
     for k in range(1, max_k + 1):
         pos = torch.arange(context, context + k, device=device)[None]
 
         def verify():
-            target(input_ids=ids[:, context:context + k], position_ids=pos,
-                   **cache_kwargs(target, cache), output_hidden_states=True)
+            target_pass(target, ids[:, context:context + k], cache, True, False, lean=lean,
+                        position_ids=pos)
             crop_cache(cache, context)
         ms.append(median_ms(verify, repeats, device))
     hidden = torch.randn(1, context, len(drafter.target_layer_ids) * target.config.hidden_size,
@@ -98,7 +101,7 @@ def verify_curve(target, drafter, context: int = 256, max_k: int = 16, repeats: 
     drafter.draft(target, ids[:, context - 1], hidden, context, dcache, B)
     draft = median_ms(lambda: drafter.draft(target, ids[:, context - 1], hidden[:, :0], context,
                                             dcache, B), repeats, device)
-    return {"verify_ms": ms, "draft_ms": draft}
+    return {"verify_ms": ms, "draft_ms": draft, "lean": lean}
 
 
 def curve_by_threads(target, drafter, threads, rounds: int = 3, **kw) -> dict:
@@ -110,7 +113,7 @@ def curve_by_threads(target, drafter, threads, rounds: int = 3, **kw) -> dict:
     for t, rs in runs.items():
         ms = [med([r["verify_ms"][k] for r in rs]) for k in range(len(rs[0]["verify_ms"]))]
         out[str(t)] = {"verify_ms": ms, "in_decode_steps": [m / ms[0] for m in ms],
-                       "draft_ms": med([r["draft_ms"] for r in rs])}
+                       "draft_ms": med([r["draft_ms"] for r in rs]), "lean": rs[0]["lean"]}
     return out
 
 
@@ -251,6 +254,9 @@ def main(argv=None) -> dict:
     p.add_argument("--n", type=count, default=10, help="calibration: prompts per suite (default 10)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--block-size", type=int, default=None)
+    p.add_argument("--lean", action=argparse.BooleanOptionalAction, default=None,
+                   help="curve: the target's passes through lean.py (default: where the target "
+                        "supports it, as a decode; --no-lean: transformers' forward)")
     p.add_argument("--out", default=None, help="write the figures here as JSON (and a .png beside it)")
     add_load(p)
     a = p.parse_args(argv)
@@ -290,7 +296,7 @@ def main(argv=None) -> dict:
         results.update(device=(torch.cuda.get_device_name() if target.device.type == "cuda"
                                else "cpu"), dtype=str(target.dtype).replace("torch.", ""))
         results.update(context=a.context, threads=curve_by_threads(
-            target, drafter, a.threads, context=a.context, max_k=a.max_k))
+            target, drafter, a.threads, context=a.context, max_k=a.max_k, lean=a.lean))
         for t, c in results["threads"].items():
             print(f"{t} thread(s): t(k)/t(1) for k = 1..{a.max_k}: "
                   + " ".join(f"{x:.2f}" for x in c["in_decode_steps"])

@@ -1,12 +1,12 @@
 """``python -m minidflash step-profile``: where one target pass's time goes.
 
-Not a paper section: the cost side of section 3 on a CPU. A 135M model's one-token pass is
-*overhead-bound*: its arithmetic takes a few ms, the rest is Python, module calls, dispatch and
-cache bookkeeping, and that rest is paid once per verify pass too. This command times a plain
-decode step (1 token) and a verify pass (``--tokens``, 16 by default) after a context of
-``--context`` tokens, under ``torch.profiler``, and splits each pass's wall time into:
+Not a paper section: the cost side of section 3 on a CPU. This command times a plain decode step
+(1 token) and a verify pass (``--tokens``, 16 by default) after a context of ``--context``
+tokens, under ``torch.profiler``, through transformers' forward ("torch") and through lean.py
+("lean"), the two taking turns, and splits each pass's wall time into:
 
-    matmul      aten::mm / addmm / bmm / linear / matmul (the projections and the lm_head)
+    matmul      aten::mm / addmm / bmm / linear / matmul, oneDNN's packed linear (the
+                projections and the lm_head)
     attention   scaled_dot_product_attention and its kernels
     norms       RMSNorm's pow / mean / rsqrt and the activation (silu)
     cache       the KV cache: cat, index_select, slicing copies, crop
@@ -15,8 +15,11 @@ decode step (1 token) and a verify pass (``--tokens``, 16 by default) after a co
 
 The op times are each op's *self* CPU time (its children not counted twice) in a profiled
 pass; ``overhead`` is the median wall time of the same pass run unprofiled less their sum (the
-profiler slows the ops a little, so the overhead is, if anything, understated). Thread counts take turns pass by pass, so all see
-the same machine state.
+profiler slows the ops a little, so the overhead is, if anything, understated). Thread counts
+and passes take turns, so all see the same machine state. SmolLM2-135M in bf16 on one core of an
+AMD EPYC with AVX512-BF16 (data/results/step_profile_smollm2_bfloat16.json): the one-token pass
+is mostly matrix products, and the same products with their weights packed once run 1.3x
+faster; lean.py's docstring has the rest.
 """
 
 from __future__ import annotations
@@ -47,24 +50,26 @@ def kind_of(name: str) -> str:
     return next((k for k, keys in KINDS.items() if any(key in name for key in keys)), "other ops")
 
 
-def split_pass(target, tokens: int, context: int, repeats: int, final: bool = True) -> dict:
+def split_pass(target, tokens: int, context: int, repeats: int, final: bool = True,
+               lean: bool = False) -> dict:
     """ms of one pass over ``tokens`` new tokens after ``context`` cached ones, split by kind
     (medians of ``repeats`` profiled passes). final: the pass plain greedy decoding of a bf16
     target runs (the last hidden state too); the verify pass also returns every layer's."""
     torch.manual_seed(0)
     ids = torch.randint(0, target.config.vocab_size, (1, context + tokens))
     cache = DynamicCache()
-    target_pass(target, ids[:, :context], cache, False, final)
+    target_pass(target, ids[:, :context], cache, False, final, lean=lean)
     layers = tokens > 1
     rows = []
     for _ in range(repeats + 1):                  # the first, untimed, pays one-off allocations
         pos = torch.arange(context, context + tokens)[None]
         start = time.perf_counter()               # the wall time, unprofiled
-        target_pass(target, ids[:, context:], cache, layers, final, position_ids=pos)
+        target_pass(target, ids[:, context:], cache, layers, final, lean=lean, position_ids=pos)
         wall = 1e3 * (time.perf_counter() - start)
         crop_cache(cache, context)
         with profile(activities=[ProfilerActivity.CPU]) as prof:     # the same pass, its ops
-            target_pass(target, ids[:, context:], cache, layers, final, position_ids=pos)
+            target_pass(target, ids[:, context:], cache, layers, final, lean=lean,
+                        position_ids=pos)
         crop_cache(cache, context)
         by = dict.fromkeys([*KINDS, "other ops"], 0.0)
         for event in prof.key_averages():
@@ -78,13 +83,15 @@ def split_pass(target, tokens: int, context: int, repeats: int, final: bool = Tr
     return {k: med([r[k] for r in rows]) for k in rows[0]}
 
 
-def run(target, thread_counts, tokens: int, context: int, repeats: int) -> dict:
-    """{threads: {"1": split, str(tokens): split}}, the counts taking turns."""
-    out = {str(t): {} for t in thread_counts}
+def run(target, thread_counts, tokens: int, context: int, repeats: int,
+        passes=("torch", "lean")) -> dict:
+    """{pass: {threads: {"1": split, str(tokens): split}}}, the counts and passes taking turns."""
+    out = {p: {str(t): {} for t in thread_counts} for p in passes}
     for n in (1, tokens):
         for t in thread_counts:
             torch.set_num_threads(t)
-            out[str(t)][str(n)] = split_pass(target, n, context, repeats)
+            for p in passes:
+                out[p][str(t)][str(n)] = split_pass(target, n, context, repeats, lean=p == "lean")
     return out
 
 
@@ -92,8 +99,9 @@ def plot(results: dict, path) -> None:
     from matplotlib.figure import Figure
 
     kinds = [*KINDS, "other ops", "overhead"]
-    bars = [(f"{t} thr, {n} tok", s) for t, by in results["split"].items() for n, s in by.items()]
-    fig = Figure(figsize=(8, 3.6))
+    bars = [(f"{p}: {t} thr, {n} tok", s) for p, by_t in results["split"].items()
+            for t, by in by_t.items() for n, s in by.items()]
+    fig = Figure(figsize=(8, 1.2 + 0.45 * len(bars)))
     ax = fig.subplots()
     left = [0.0] * len(bars)
     for i, kind in enumerate(kinds):
@@ -116,6 +124,8 @@ def main(argv=None) -> dict:
     p.add_argument("--tokens", type=int, default=16, help="the verify pass's tokens (default 16)")
     p.add_argument("--context", type=int, default=256, help="cached tokens before (default 256)")
     p.add_argument("--repeats", type=int, default=15, help="profiled passes a point (default 15)")
+    p.add_argument("--passes", nargs="+", choices=("torch", "lean"), default=["torch", "lean"],
+                   help="transformers' forward, lean.py's pass, or both taking turns (default)")
     p.add_argument("--out", default=None, help="write the split here (and a .png beside it)")
     add_load(p)
     a = p.parse_args(argv)
@@ -126,10 +136,11 @@ def main(argv=None) -> dict:
                    sys.argv[1:] if argv is None else argv),
                "target": a.target or "tiny", "dtype": str(target.dtype).replace("torch.", ""),
                "context": a.context, "tokens": a.tokens, "repeats": a.repeats,
-               "split": run(target, a.threads, a.tokens, a.context, a.repeats)}
-    for t, by in results["split"].items():
-        for n, s in by.items():
-            print(f"{t} thread(s), {n:>2} token(s): wall {s['wall']:.1f} ms = " + ", ".join(
-                f"{k} {s[k]:.1f}" for k in [*KINDS, "other ops", "overhead"]))
+               "split": run(target, a.threads, a.tokens, a.context, a.repeats, a.passes)}
+    for name, by_t in results["split"].items():
+        for t, by in by_t.items():
+            for n, s in by.items():
+                print(f"{name:>5}, {t} thread(s), {n:>2} token(s): wall {s['wall']:.1f} ms = "
+                      + ", ".join(f"{k} {s[k]:.1f}" for k in [*KINDS, "other ops", "overhead"]))
     write(results, a.out, plot, dtype=target.dtype, drafters=[], load=a.load)
     return results
