@@ -95,7 +95,25 @@ def run(target, thread_counts, tokens: int, context: int, repeats: int,
     return out
 
 
-def plot(results: dict, path) -> None:
+def markdown(results: dict) -> str:
+    """The split as a markdown table: a row per pass, thread count and token count, ms per kind,
+    and the lean pass's speedup over transformers' at the same point."""
+    kinds = [*KINDS, "other ops", "overhead"]
+    rows = ["| pass | threads | tokens | wall ms | " + " | ".join(kinds) + " | speedup |",
+            "|---" * (len(kinds) + 5) + "|"]
+    split = results["split"]
+    for name, by_t in split.items():
+        for t, by in by_t.items():
+            for n, s in by.items():
+                base = split.get("torch", {}).get(t, {}).get(n)
+                gain = f"{base['wall'] / s['wall']:.2f}x" if base and name != "torch" else ""
+                rows.append(f"| {name} | {t} | {n} | {s['wall']:.1f} | "
+                            + " | ".join(f"{s[k]:.1f}" for k in kinds) + f" | {gain} |")
+    return "\n".join(rows)
+
+
+def figure(results: dict):
+    """One bar a pass, thread count and token count, split by kind (a matplotlib Figure)."""
     from matplotlib.figure import Figure
 
     kinds = [*KINDS, "other ops", "overhead"]
@@ -112,7 +130,11 @@ def plot(results: dict, path) -> None:
                                           f"({results['target']}, {results['dtype']})")
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    return fig
+
+
+def plot(results: dict, path) -> None:
+    figure(results).savefig(path, dpi=100)
 
 
 def main(argv=None) -> dict:
