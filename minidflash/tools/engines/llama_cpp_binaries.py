@@ -29,7 +29,8 @@ PLAIN, SPECULATIVE, BENCH, SERVER = ("llama-completion", "llama-speculative-simp
                                      "llama-bench", "llama-server")
 QUANTIZE = "llama-quantize"      # only for a Q4_0 target (``llama-cpp --target-type Q4_0``)
 HOW_TO_GET = (
-    "llama.cpp is optional: only `python -m minidflash llama-cpp` needs it. Get a llama.cpp with "
+    "llama.cpp is optional: only `python -m minidflash llama-cpp` and the bench's "
+    "llamacpp-plain methods need it. Get a llama.cpp with "
     "DFlash (speculative type draft-dflash): any build since DFlash support landed, e.g. "
     "`git clone https://github.com/ggml-org/llama.cpp`, or the copy vendored in the "
     "llama-cpp-python==0.3.36 source distribution (`pip download --no-deps --no-binary :all: "
@@ -41,6 +42,10 @@ HOW_TO_GET = (
 
 class LlamaCppNotFound(FileNotFoundError):
     """A llama.cpp binary or its converter is missing; the message says how to get it."""
+
+
+class IllegalInstruction(RuntimeError):
+    """A llama.cpp program died of SIGILL: a CPU kernel it chose cannot run here (try -nr)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -208,8 +213,8 @@ def run(cmd: list, timeout: float = 1800) -> subprocess.CompletedProcess:
                     "repacking on a machine whose CPU lists AMX but does not grant it) cannot run "
                     "here; pass --no-repack (llama.cpp's -nr / --repack 0).")
         tail = " | ".join((p.stderr or p.stdout).strip().splitlines()[-4:])
-        raise RuntimeError(f"`{' '.join(cmd[:3])} ...` failed (exit {p.returncode}).{hint} "
-                           f"Last lines: {tail}")
+        raise (IllegalInstruction if hint else RuntimeError)(
+            f"`{' '.join(cmd[:3])} ...` failed (exit {p.returncode}).{hint} Last lines: {tail}")
     return p
 
 

@@ -217,7 +217,8 @@ def main(argv=None) -> dict:
                         "each of --threads, the counts taking turns")
     p.add_argument("--methods", nargs="+", default=None,
                    help="compare methods instead of block sizes: plain dflash:B ar:k lookup:k "
-                        "generate (see minidflash/tools/measure/methods.py); greedy")
+                        "generate llamacpp-plain/bf16 (see minidflash/tools/measure/methods.py); "
+                        "greedy")
     p.add_argument("--ar-drafter", default=None, help="the AR drafter (default data/ar_drafter)")
     p.add_argument("--draft-cost", action="store_true",
                    help="only time a drafter call against drafted tokens 1..16 (figure 3)")
@@ -373,8 +374,9 @@ def compare(a, target, tokenizer, command: str) -> dict:
                 tau = "  -  " if s["tau"] is None else f"{s['tau']:.2f}"
                 split = ("" if s["draft_ms_per_step"] is None else
                          f"draft {s['draft_ms_per_step']:5.1f} ms verify {s['verify_ms_per_step']:5.1f} ms/step  ")
-                print(f"{suite:>11} {spec:>28}  tau {tau}  {split}TPOT {s['tpot_ms']:5.1f} ms  "
-                      f"speedup {s['speedup']:.2f}x (fastest plain {s['speedup_vs_fastest_plain']:.2f}x)"
+                print(f"{suite:>11} {spec:>28}  tau {tau}  {split}TPOT {s['tpot_ms']:5.1f} ms "
+                      f"{s['tokens_per_s']:6.1f} tok/s  speedup {s['speedup']:.2f}x (fastest plain "
+                      f"{s['speedup_vs_fastest_plain']:.2f}x){m.llamacpp_plain.versus(s)}"
                       f"  identical {s['identical_count']}/{r['prompts']}")
                 fmt = lambda g: "-" if g is None else format(g, ".1e")
                 for d in s["divergences"]:

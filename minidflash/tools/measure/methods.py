@@ -19,6 +19,7 @@ The paper's comparison (DFlash against EAGLE-3) plus what a user has without tra
                    in one target pass (/cost: the n <= N best nodes that pay on the cost curve)
     lookup:k       transformers' prompt-lookup decoding, ``generate(prompt_lookup_num_tokens=k)``
     generate       transformers' plain greedy ``generate()``
+    llamacpp-plain/T  llama.cpp's plain greedy decoding, the target as GGUF T: llamacpp_plain.py
 
 Any method takes ``/fp32`` or ``/bf16``: it runs on a copy of the target in that dtype (and its
 drafter in the same dtype), so that ``plain/fp32 plain/bf16 generate/fp32 generate/bf16`` in one
@@ -64,6 +65,7 @@ from ...settings import TEXT_FIELDS, DecodingConfig
 from ...target import chat_ids, stop_ids
 from ...verifier import speculative_generate
 from ..common import LOOPING, correct, repeated_4gram_share
+from . import llamacpp_plain
 
 
 class Method(NamedTuple):
@@ -73,6 +75,7 @@ class Method(NamedTuple):
     path: str | None = None      # a drafter other than the default ("@PATH")
     dtype: str | None = None     # "float32" | "bfloat16": a copy of the target in it (None: the run's)
     over: tuple = ()             # bare dflash: fields set over the drafter's decoding.json
+    gguf: str | None = None      # llamacpp: the target's GGUF type (llamacpp_plain.TYPES)
 
     # the config's fields under the names the tables and figures read
     p_min = property(lambda m: m.config.p_min if m.config else None)
@@ -91,6 +94,8 @@ def parse(spec: str) -> Method:
     ``@PATH``. ``dflash`` alone: the drafter's decoding.json, what a plain call runs, with the
     options given over it (``dflash/argmax``: the drafter's decoding with fp32_ties off)."""
     name, _, path = spec.partition("@")
+    if name.startswith("llamacpp"):                  # llama.cpp's own plain decoding
+        return Method("llamacpp", None, gguf=llamacpp_plain.gguf_type(spec))
     head, *opts = name.split("/")
     kind, _, k = head.partition(":")
     dtypes = [o for o in opts if o in DTYPES]
@@ -112,7 +117,8 @@ def parse(spec: str) -> Method:
         return Method(kind, int(k), config, path or None, dtype)
     if kind not in ("plain", "dflash", "tree"):
         raise ValueError(f"unknown method {spec!r}: use plain, dflash, dflash:B, dflash:B/pP, "
-                         f"ar:k, ar:k/pP, tree:B/nN/topK, lookup:k, generate (then /fp32 or /bf16)")
+                         f"ar:k, ar:k/pP, tree:B/nN/topK, lookup:k, generate (then /fp32 or /bf16), "
+                         f"llamacpp-plain/T")
     if kind == "tree" and not (k and any(o.startswith("n") for o in opts)):
         raise ValueError(f"method {spec!r}: a tree needs its block, node budget and candidates, "
                          f"e.g. tree:16/n24/top4")
@@ -183,6 +189,9 @@ def load_method_drafters(specs, targets, dflash_default=None, ar_default=None) -
             key = ("ar", path or ar_default or str(TINY_AR_DRAFTER_DIR), target.dtype)
             if key not in cache:
                 cache[key] = load_ar_drafter(key[1], target=target)
+        elif kind == "llamacpp":     # llama.cpp found, its GGUF made and tried: before any prompt
+            key = ("llamacpp", m.gguf)
+            cache[key] = cache.get(key) or llamacpp_plain.setup(m.gguf, target)
         else:
             key = None
         out[spec] = cache.get(key)
@@ -215,7 +224,8 @@ def _generate(target, ids, max_new_tokens, stops, lookup: int | None):
 
 def config_of(m: Method, drafter=None) -> DecodingConfig:
     """The decoding settings a method names (``dflash`` alone: the drafter's decoding.json)."""
-    return m.config if m.config is not None else DecodingConfig.of(drafter).override(**dict(m.over))
+    return (m.config if m.config is not None else drafter if m.kind == "llamacpp"  # its describe()
+            else DecodingConfig.of(drafter).override(**dict(m.over)))
 
 
 def decode(target, drafter, ids, max_new_tokens, stops, m: Method):
@@ -251,6 +261,9 @@ def run_methods(targets, tokenizer, rows, specs, drafters, max_new_tokens=256,
         for spec in order:
             m = parse(spec)
             target = targets[m.dtype]
+            if m.kind == "llamacpp":
+                results[spec] = drafters[spec].decode(tokenizer, row["messages"], ids, max_new_tokens)
+                continue
             if m.kind in ("lookup", "generate"):
                 new, wall = _generate(target, ids, max_new_tokens, stops,
                                       m.k if m.kind == "lookup" else None)
@@ -271,9 +284,11 @@ def run_methods(targets, tokenizer, rows, specs, drafters, max_new_tokens=256,
                 p["verify_ms"].append(1e3 * r.verify_time / steps)
                 p["other_ms"].append(1e3 * (r.decode_time - r.draft_time - r.verify_time) / steps)
                 p["verified"].append(sum(r.verified) / steps)
+            elif "llama" in got:        # llama.cpp: its eval time per run, its text against plain
+                llamacpp_plain.record(p, got, ref, tokenizer)
             else:   # generate: wall time less this prompt's prefill, per new token
                 p["tpot"].append(max(0.0, got["wall"] - plain.prefill_time) / max(1, len(got["new"])))
-            p["same"].append(got["new"] == ref)
+            p["same"].append(got.get("same", got["new"] == ref))
             if not p["same"][-1]:
                 m = parse(refs[spec])
                 p["diverged"].append({"prompt": i, **divergence(
@@ -307,12 +322,12 @@ def run_methods(targets, tokenizer, rows, specs, drafters, max_new_tokens=256,
                      "max_fp32_gap": max(map(abs, gaps)) if gaps else None,
                      "accuracy": mean(checks) if checks else None,
                      "dtype": str(targets[parse(spec).dtype].dtype).replace("torch.", ""),
-                     "layers": None if drafter is None else drafter.config.num_hidden_layers,
+                     "layers": drafter.config.num_hidden_layers if hasattr(drafter, "config") else None,
                      # prompt by prompt, in the part's order: figures of any subset of prompts
                      "per_prompt": {"tau": p["tau"] or None,
                                     "tpot_ms": [1e3 * t for t in p["tpot"]]}}
     return {"prompts": len(rows), "looping_prompts": sum(looping), "fastest_plain": fastest,
-            "methods": out}
+            "methods": llamacpp_plain.summarise(out, per)}
 
 
 def without(suite_result: dict, drop: list[int]) -> dict:
