@@ -11,22 +11,29 @@ pays the same, so a leaner pass speeds plain and speculative decoding alike.
 
 1. In bf16 on a CPU with native bf16, each group of projections that read the same input (q, k,
    v; gate, up) is one matrix, packed once for oneDNN (``torch.ops.mkldnn``), and the lm_head
-   too: bit-identical to transformers' separate ``nn.Linear`` calls (tests/test_lean.py compares
-   the logits and every layer's hidden states exactly), and 1.3x (one token) to 1.6x (16)
-   faster. fp32 stays on ``F.linear`` over the modules' own weights, whose packed twin rounds
-   differently. The packed copy doubles the weights' memory: pass lean=False where it is short.
+   too: bit-identical to transformers' separate ``nn.Linear`` calls, and faster (SmolLM2's
+   products: 35.6 -> 19.8 ms for one token, 53.5 -> 30.0 for 16). fp32 stays on ``F.linear``
+   over the modules' own weights, whose packed twin rounds differently. The packed copy doubles
+   the weights' memory: pass lean=False where it is short.
 2. One loop over the layers calls what transformers' layers call, in the same order: the RMSNorm
    arithmetic, the rotary embedding (read from a table of cos and sin, computed once by the
    model's own rotary module), ``cache.update`` of the same ``DynamicCache``, transformers' mask
    builder and its SDPA attention function. Cropping, tree and batch bookkeeping of the cache work
    unchanged.
-3. In bf16 the query heads that share a key head are stacked into one query (``attend``): the
-   same bits as transformers' call, which on a CPU takes a kernel 6x slower for one token.
+3. In bf16 the query heads that share a key head are stacked into one query (``attend``), where
+   transformers' call takes a kernel 6x slower for one token on a CPU. This is the one change
+   that is not always bit-identical: for a one-token pass at some context lengths the kernel
+   sums in another order and the last bit of an attention output differs. A decode then parts
+   from transformers' only where two tokens tie in bf16 (GSM8K, 20 answers: 13 part, each at a
+   logit gap of 0 or one bf16 step, fp32 gaps at most 0.125; ``plain/nolean`` in
+   data/results/smollm2_lean_1thread.json). In fp32 the attention is transformers' call.
 
-SmolLM2-135M in bf16, one core of an AMD EPYC with AVX512-BF16, one token after 256: 56 ms
-through transformers' forward, 33 through this pass (``step-profile``; the split of both in
-data/results/step_profile_smollm2_bfloat16.json). What is left is mostly the matrix products,
-20 of the 33 ms, near the memory bandwidth: 270 MB of bf16 weights read per token.
+tests/test_lean.py compares the logits and every layer's hidden states with transformers' on
+every kind of pass a decode makes. SmolLM2-135M in bf16, one core of an AMD EPYC with
+AVX512-BF16, one token after 256: 55.4 ms through transformers' forward, 31.8 through this pass
+(``step-profile``; the split of both in data/results/step_profile_smollm2_bfloat16.json). What
+is left is mostly the matrix products, 20 of the 32 ms: llama.cpp reads the same 270 MB of bf16
+weights in about 11 ms a token (``bench --methods llamacpp-plain/bf16``).
 
 ``decoding.target_pass`` runs it when the config's ``lean`` is on (the default where
 ``supports`` says the target can: a CPU model of those families).
@@ -103,8 +110,9 @@ def attend(q, k, v, mask, scaling: float):
     (None: a one-token pass sees everything), in bf16 with the query heads that share a key
     head stacked as rows of one query ("packed GQA"): (N, T, heads, D). On a CPU the other ways
     to share key heads cost more: torch's ``enable_gqa`` kernel 6x as much for one token after
-    256 (as transformers calls it there), copying the keys per head 1.2x for 16 tokens; in bf16
-    all three give the same bits (tests/test_lean.py)."""
+    256 (as transformers calls it there), copying the keys per head 1.2x for 16 tokens. In bf16
+    the three give the same bits but for one token at a few context lengths (the module's
+    docstring)."""
     N, H, T, D = q.shape
     G = H // k.shape[1]                                     # query heads per key head
     if mask is not None:
@@ -175,7 +183,7 @@ class LeanTarget:
         mask = self.mask_of(config=self.body.config, inputs_embeds=h, attention_mask=attention_mask,
                             cache=cache, position_ids=position_ids)
         cos, sin = self.rope(position_ids, h)
-        packed_gqa = h.dtype == torch.bfloat16                # the same bits only in bf16
+        packed_gqa = h.dtype == torch.bfloat16                # fp32: transformers' own call
         states = [h] if layers else None
         for i, p in enumerate(self.layers):
             x = rms_norm(h, p["norm_in"])

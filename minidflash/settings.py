@@ -30,8 +30,9 @@ drafts nothing: a tree is dropped there.
 The text of a config (``str(config)``, ``DecodingConfig.parse``) is the bench's method names and
 the results files' keys: ``plain``, ``dflash[:B]``, ``tree[:B]/nN/topK``, then any of ``/pP``
 (the cut), ``/cost``, ``/trustW``, ``/T0.7`` (temperature), ``/argmax`` (fp32_ties off),
-``/steps`` (record_steps), ``/lean`` or ``/nolean``. The length and the stops belong to the
-call and are not in the text.
+``/steps`` (record_steps), ``/nolean`` (``/lean`` asks for it where a target could refuse; a
+config prints nothing for it on). The length and the stops belong to the call and are not in the
+text.
 """
 
 from __future__ import annotations
@@ -200,7 +201,7 @@ class DecodingConfig:
         text += f"/T{self.temperature:g}" if self.temperature else ""
         text += "" if self.fp32_ties else "/argmax"
         text += "/steps" if self.record_steps else ""
-        return text + {None: "", True: "/lean", False: "/nolean"}[self.lean]
+        return text + ("/nolean" if self.lean is False else "")   # lean on: the default, unsaid
 
     @classmethod
     def parse(cls, text: str, **call) -> "DecodingConfig":

@@ -71,3 +71,14 @@ def test_each_provenance_line_is_its_files(page):
     assert lines, f"{page.name} shows no provenance line"
     for path, line in lines:
         assert provenance(json.loads((ROOT / path).read_text())) == line.strip(), path
+
+
+def test_the_lean_step_tables_are_their_files():
+    """docs/results.md's split of a step and its tokens-per-second table are what their files
+    render to (``step_profile.markdown``, ``smollm2.speeds_markdown``), not numbers typed in."""
+    from minidflash.tools.measure import smollm2, step_profile
+    body = (ROOT / "docs" / "results.md").read_text()
+    split = json.loads((ROOT / "data/results/step_profile_smollm2_bfloat16.json").read_text())
+    assert step_profile.markdown(split) in body
+    assert smollm2.speeds_markdown({"1": "smollm2_lean_1thread.json",
+                                    "2": "smollm2_lean_2threads.json"}) in body

@@ -78,7 +78,8 @@ def test_stop_ids_take_an_int_a_list_or_a_tensor():
 
 @pytest.mark.parametrize("text", [
     "plain", "dflash", "dflash:16", "dflash:16/p0.3", "dflash:8/p0.3/cost/trust0.5", "tree",
-    "tree:8/n15/top8/cost", "dflash:4/T0.7", "plain/argmax", "dflash:8/steps", "tree/n31/top4/T1"])
+    "tree:8/n15/top8/cost", "dflash:4/T0.7", "plain/argmax", "dflash:8/steps", "tree/n31/top4/T1",
+    "dflash:8/nolean"])
 def test_the_text_is_the_config(text):
     assert str(DecodingConfig.parse(text)) == text
     config = DecodingConfig.parse(text)

@@ -296,3 +296,58 @@ def llama_cpp_steps(types=("packaged", "q8_0", "bf16", "f32", "Q4_0")) -> dict[s
     """{llama.cpp type: its decode step in ms} (one thread, ``llama_cpp_type_*.json``)."""
     return {t: read(f"llama_cpp_type_{t}.json")["llama_bench"]["step_costs"]["1"]["decode_ms"]
             for t in types}
+
+
+def step_split(name: str = "step_profile_smollm2_bfloat16.json"):
+    """transformers' target pass against lean.py's, split by kind (``step-profile``): the lean
+    speedup at each thread and token count printed, the split drawn (a matplotlib Figure)."""
+    from .step_profile import figure
+    results = read(name)
+    print(header(name, results))
+    torch_pass, lean = results["split"]["torch"], results["split"]["lean"]
+    for t, by in lean.items():
+        print(f"  {t} thread(s): " + "; ".join(
+            f"{n} token(s) {torch_pass[t][n]['wall']:.1f} -> {s['wall']:.1f} ms "
+            f"({torch_pass[t][n]['wall'] / s['wall']:.2f}x)" for n, s in by.items()))
+    return figure(results)
+
+
+ENGINES = ("llamacpp-plain/bf16", "llamacpp-plain/q4_1")
+OURS = ("plain/nolean", "plain", "dflash")
+
+
+def speeds(name: str, methods=OURS + ENGINES) -> dict[str, dict[str, float]]:
+    """{suite: {method: tokens per second}} of a ``bench --methods`` file."""
+    run = read(name)
+    return {s: {m: r["methods"][m]["tokens_per_s"] for m in methods}
+            for s, r in run["suites"].items()}
+
+
+def against_llama_cpp(names: dict[str, str], methods=OURS) -> dict:
+    """Tokens per second per suite: each of ``methods`` and llama.cpp's plain decoding (bf16,
+    Q4_1), measured in the same ``bench --methods`` run, one file per thread count
+    ({label: file}), and the default's ratio over llama.cpp's. Returns {label: {suite: row}}."""
+    out = {}
+    for label, name in names.items():
+        print(header(name))
+        print(f"  {'suite':<10} " + " ".join(f"{m:>19}" for m in (*methods, *ENGINES))
+              + "   dflash over llama.cpp bf16, Q4_1")
+        rows = out[label] = speeds(name, (*methods, *ENGINES))
+        for s, tps in rows.items():
+            print(f"  {s:<10} " + " ".join(f"{v:>15.1f} t/s" for v in tps.values())
+                  + f"   {tps['dflash'] / tps[ENGINES[0]]:.2f}x, {tps['dflash'] / tps[ENGINES[1]]:.2f}x")
+    return out
+
+
+def speeds_markdown(names: dict[str, str]) -> str:
+    """``against_llama_cpp`` as a markdown table: a row per suite and thread count."""
+    heads = ["plain, transformers", "plain, lean", "DFlash default", "llama.cpp bf16",
+             "llama.cpp Q4_1"]
+    lines = ["| suite | threads | " + " | ".join(heads) + " | DFlash over llama.cpp bf16 / Q4_1 |",
+             "|---" * (len(heads) + 3) + "|"]
+    for label, name in names.items():
+        for s, tps in speeds(name).items():
+            v = list(tps.values())
+            lines.append(f"| {s} | {label} | " + " | ".join(f"{x:.1f}" for x in v)
+                         + f" | {v[2] / v[3]:.2f}x / {v[2] / v[4]:.2f}x |")
+    return "\n".join(lines)

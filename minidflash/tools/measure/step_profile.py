@@ -119,7 +119,7 @@ def figure(results: dict):
     kinds = [*KINDS, "other ops", "overhead"]
     bars = [(f"{p}: {t} thr, {n} tok", s) for p, by_t in results["split"].items()
             for t, by in by_t.items() for n, s in by.items()]
-    fig = Figure(figsize=(8, 1.2 + 0.45 * len(bars)))
+    fig = Figure(figsize=(9, 1.2 + 0.45 * len(bars)))
     ax = fig.subplots()
     left = [0.0] * len(bars)
     for i, kind in enumerate(kinds):
@@ -127,8 +127,8 @@ def figure(results: dict):
         ax.barh([b for b, _ in bars], widths, left=left, color=f"C{i}", label=kind)
         left = [a + w for a, w in zip(left, widths)]
     ax.set(xlabel="ms (median pass)", title=f"where a target pass's time goes "
-                                          f"({results['target']}, {results['dtype']})")
-    ax.legend(fontsize=8, loc="lower right")
+                                          f"({results['target'].split('/')[-1]}, {results['dtype']})")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     return fig
 
