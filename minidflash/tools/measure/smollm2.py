@@ -327,15 +327,19 @@ def against_llama_cpp(names: dict[str, str], methods=OURS) -> dict:
     """Tokens per second per suite: each of ``methods`` and llama.cpp's plain decoding (bf16,
     Q4_1), measured in the same ``bench --methods`` run, one file per thread count
     ({label: file}), and the default's ratio over llama.cpp's. Returns {label: {suite: row}}."""
+    short = {"plain/nolean": "transformers", "plain": "lean", "dflash": "dflash",
+             ENGINES[0]: "llama.cpp bf16", ENGINES[1]: "llama.cpp Q4_1"}
     out = {}
     for label, name in names.items():
         print(header(name))
-        print(f"  {'suite':<10} " + " ".join(f"{m:>19}" for m in (*methods, *ENGINES))
-              + "   dflash over llama.cpp bf16, Q4_1")
+        print(f"  {label}, tokens/s:")
+        print(f"  {'suite':<10}" + "".join(f"{short.get(m, m):>15}" for m in (*methods, *ENGINES))
+              + "   dflash over")
         rows = out[label] = speeds(name, (*methods, *ENGINES))
         for s, tps in rows.items():
-            print(f"  {s:<10} " + " ".join(f"{v:>15.1f} t/s" for v in tps.values())
+            print(f"  {s:<10}" + "".join(f"{v:>15.1f}" for v in tps.values())
                   + f"   {tps['dflash'] / tps[ENGINES[0]]:.2f}x, {tps['dflash'] / tps[ENGINES[1]]:.2f}x")
+        print("  (dflash over: its tokens/s over llama.cpp's in bf16, in Q4_1)")
     return out
 
 
