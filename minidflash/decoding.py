@@ -32,9 +32,8 @@ from dataclasses import dataclass, field, fields, replace
 import torch
 from transformers import DynamicCache
 
-from . import lean
 from .drafter import DFlashDrafter, check_fits
-from .lean import of as lean_pass
+from .lean import of as lean_pass, supports
 from .settings import DecodingConfig
 from .verify_cost import VerifyCost, for_threads
 
@@ -128,7 +127,7 @@ def cost_of(target, drafter, cfg: DecodingConfig) -> VerifyCost | bool:
 def lean_of(target, cfg: DecodingConfig) -> bool:
     """Whether the call's target passes run through lean.py: as asked, or (None) wherever the
     target supports it. Asked for where it cannot: an error that says why."""
-    why = lean.supports(target)
+    why = supports(target)
     if cfg.lean and why:
         raise ValueError(f"lean=True, but {why}: pass lean=False (--no-lean).")
     return why is None if cfg.lean is None else cfg.lean
