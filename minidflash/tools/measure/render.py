@@ -13,6 +13,7 @@ verify step).
 from __future__ import annotations
 
 import html
+import json
 
 ACCEPTED = ("#a8e6a1", "#cdf2c8")          # two greens, alternating, so boundaries show
 ANSI_ACCEPTED = ("\033[42;30m", "\033[102;30m")
@@ -421,3 +422,57 @@ def near_tie_figure(names: list[str], bf16: list[float], fp32: list[float], step
     ax.legend(fontsize=7, ncol=3, loc="upper center")
     fig.tight_layout()
     return fig
+
+
+# --------------------------------------------------------------------------------------------
+# The tables of README.md and docs/results.md, rendered from their files (tests/test_claims.py)
+# --------------------------------------------------------------------------------------------
+
+DEFAULT_DRAFTERS = {"dflash": "data/drafter", "tree": "data/drafter", "ar": "data/ar_drafter"}
+
+
+def _read(name: str) -> dict:
+    from ...config import RESULTS_DIR
+    return json.loads((RESULTS_DIR / name).read_text())
+
+
+def methods_markdown(one: str, two: str, methods=None, notes=None) -> str:
+    """A ``bench --methods`` file at one thread and one at two (names in data/results) as a
+    markdown table: per method its drafter, tau and speedup over plain on each suite, and
+    whether every output was identical. ``notes`` adds words after a drafter's path."""
+    a, b = _read(one)["suites"], _read(two)["suites"]
+    methods = methods or [m for m in next(iter(a.values()))["methods"] if m != "plain"]
+    num = lambda v, f: "-" if v is None else f.format(v)
+    lines = ["| method | drafter | tau, " + " / ".join(a) + " | speedup over plain, 1 thread | "
+             "speedup over plain, 2 threads | output identical |", "|---" * 6 + "|"]
+    for m in methods:
+        name, _, drafter = m.partition("@")
+        drafter = drafter or DEFAULT_DRAFTERS.get(name.split(":")[0], "")
+        rows = [s["methods"][m] for s in a.values()], [s["methods"][m] for s in b.values()]
+        same = all(r["identical"] for r in rows[0] + rows[1])
+        label = f"`{drafter}`{(notes or {}).get(drafter, '')}" if drafter else "none"
+        lines.append(f"| `{name}` | {label} | "
+                     + " / ".join(num(r["tau"], "{:.2f}") for r in rows[0]) + " | "
+                     + " | ".join(" / ".join(num(r["speedup"], "{:.2f}x") for r in rs) for rs in rows)
+                     + f" | {'yes' if same else 'no'} |")
+    return "\n".join(lines)
+
+
+def headline_methods_markdown(one: str, two: str) -> str:
+    """The README's rows of ``methods_markdown``: each drafter at its block of 16 (the AR one at 8)."""
+    return methods_markdown(one, two, ("dflash:16", "dflash:16@data/drafter_3l", "ar:8"),
+                            {"data/drafter": " (1 layer)", "data/drafter_3l": " (3 layers)",
+                             "data/ar_drafter": " (EAGLE-3-style)"})
+
+
+def batch_markdown(name: str) -> str:
+    """``bench --batch-sizes``: DFlash's throughput over batched plain decoding's, a row per
+    batch size, each suite at each thread count."""
+    suites = _read(name)["suites"]
+    threads = list(next(iter(suites.values())))
+    lines = ["| requests at once | " + " | ".join(f"{s}, {' / '.join(threads)} threads"
+                                                  for s in suites) + " |", "|---" * (len(suites) + 1) + "|"]
+    for n in next(iter(suites.values()))[threads[0]]:
+        lines.append(f"| {n} | " + " | ".join(" / ".join(f"{s[t][n]['ratio']:.2f}x" for t in threads)
+                                                for s in suites.values()) + " |")
+    return "\n".join(lines)

@@ -355,3 +355,27 @@ def speeds_markdown(names: dict[str, str]) -> str:
             lines.append(f"| {s} | {label} | " + " | ".join(f"{x:.1f}" for x in v)
                          + f" | {v[2] / v[3]:.2f}x / {v[2] / v[4]:.2f}x |")
     return "\n".join(lines)
+
+
+def headline_markdown(one: str, two: str) -> str:
+    """The README's SmolLM2 table from a ``bench --methods plain/nolean plain dflash
+    llamacpp-plain/...`` file at one thread and one at two: per suite the tokens per second of
+    the three plain decodings (transformers' forward, the lean pass, llama.cpp) and of the
+    default, tau, the speedup over the lean plain, and the answers identical to it."""
+    runs = [read(one)["suites"], read(two)["suites"]]
+    cols = {"plain/nolean": "plain, transformers", "plain": "plain, lean pass",
+            ENGINES[0]: "llama.cpp bf16", ENGINES[1]: "llama.cpp Q4_1", "dflash": "DFlash default"}
+    lines = ["| suite, 1 / 2 threads | " + " | ".join(f"{c}, tokens/s" for c in cols.values())
+             + " | tau | DFlash over the lean plain | answers identical to the lean plain "
+             "| largest fp32 gap where not |", "|---" * (len(cols) + 5) + "|"]
+    for s in runs[0]:
+        rs = [r[s]["methods"] for r in runs]
+        both = lambda f: " / ".join(f(r) for r in rs)
+        gap = max(r["dflash"]["max_fp32_gap"] or 0 for r in rs)
+        lines.append(f"| {s} | " + " | ".join(both(lambda r: f"{r[m]['tokens_per_s']:.0f}") for m in cols)
+                     + f" | {both(lambda r: format(r['dflash']['tau'], '.2f'))}"
+                     + f" | {both(lambda r: format(r['dflash']['speedup'], '.2f') + 'x')}"
+                     + " | " + " / ".join(f"{r['dflash']['identical_count']}/{x[s]['prompts']}"
+                                          for r, x in zip(rs, runs))
+                     + f" | {gap:.2f} |")
+    return "\n".join(lines)
