@@ -13,19 +13,21 @@ stops. A drafter's ``decoding.json`` loads into one (``DecodingConfig.of(drafter
     cost            price each step's verify length on the measured curve (True: the drafter's,
                     for the target's dtype and torch's thread count; or a VerifyCost)
     trust           with cost: q corrected as the decode goes, with this weight (None: the
-                    curve's own)
+                    curve's own); it needs cost
     tree            verify a tree {"node_budget": n, "top_k": k} instead of a chain (None or
                     False: a chain; True: the drafter's tree)
-    temperature     0: greedy; T > 0: the target samples (the drafter always drafts greedily)
+    temperature     0: greedy; T >= MIN_TEMPERATURE: the target samples (the drafter always
+                    drafts greedily)
     fp32_ties       a bf16 target's greedy near-ties decided in fp32 (decoding.greedy_choice)
     record_steps    keep every step's drafts and the target's choices (a chain's)
     lean            the target's passes through lean.py (packed weights, one loop over the
                     layers; the same numbers): None where the target supports it, else off
 
-No field makes another illegal. A tree has no cut and records no steps, so a call that asks for
+Two rules hold between fields. A tree has no cut and records no steps, so a call that asks for
 ``p_min`` or ``record_steps`` over a drafter's default tree gets a chain (``describe`` says so);
-only one config that names a tree *and* a cut is refused. Block size 1 is plain decoding, which
-drafts nothing: a tree is dropped there.
+only a config that names a tree *and* a cut is refused. ``trust`` corrects a cost model, so it
+needs ``cost`` (a call that turns the cost off drops the trust with it). Block size 1 is plain
+decoding, which drafts nothing: a tree is dropped there.
 
 The text of a config (``str(config)``, ``DecodingConfig.parse``) is the bench's method names and
 the results files' keys: ``plain``, ``dflash[:B]``, ``tree[:B]/nN/topK``, then any of ``/pP``
@@ -45,6 +47,10 @@ import torch
 
 from .verify_cost import VerifyCost
 
+# The smallest temperature sampled: logits / T must stay finite in fp32 (3.4e38) for any logit a
+# model gives (|logit| < 1e30 here), and 1e-4 is far below any temperature that samples usefully;
+# a smaller T is refused with "use temperature=0" (greedy, the limit T -> 0).
+MIN_TEMPERATURE = 1e-4
 MAX_TREE_NODES = 128       # a verify pass over more nodes costs more than any path can repay
 TEXT_FIELDS = ("block_size", "p_min", "cost", "trust", "tree", "temperature", "fp32_ties",
                "record_steps", "lean")      # a method's text names these; the rest belong to the call
@@ -66,7 +72,9 @@ def check_tree(tree) -> dict:
     if (not isinstance(tree, dict) or set(tree) != {"node_budget", "top_k"}
             or not all(_whole(v) and v >= 1 for v in tree.values())):
         raise ValueError(f'a tree is {{"node_budget": n, "top_k": k}} with integers >= 1 '
-                         f"(tree.py: the n best paths over the per-slot top-k), got {tree!r}.")
+                         f"(tree.py: the n best paths over the per-slot top-k), and tree= also "
+                         f"takes None or False (a chain) and True (the drafter's tree); got "
+                         f"{tree!r}.")
     if tree["node_budget"] > MAX_TREE_NODES:
         raise ValueError(f"node_budget {tree['node_budget']} is over {MAX_TREE_NODES}: every node "
                          f"is paid for in the verify pass, and the measured curves (16 tokens) "
@@ -110,9 +118,9 @@ class DecodingConfig:
 
     def __post_init__(self):
         object.__setattr__(self, "stop_token_ids", as_stop_ids(self.stop_token_ids))
-        if self.tree is False:
+        if self.tree is False:                  # by identity: 1 and 1.0 equal True, and are no tree
             object.__setattr__(self, "tree", None)
-        elif self.tree not in (None, True):
+        elif self.tree is not None and self.tree is not True:
             object.__setattr__(self, "tree", check_tree(self.tree))
         self.validate()
 
@@ -132,12 +140,19 @@ class DecodingConfig:
         if self.trust is not None and (not _number(self.trust) or not 0 <= self.trust < 1):
             raise ValueError(f"trust must be a weight in [0, 1) (0: q as drafted) or None (the "
                              f"cost curve's own), got {self.trust!r}.")
+        if self.trust is not None and self.cost is False:
+            raise ValueError(f"trust={self.trust!r} corrects the cost model's q, and cost is off: "
+                             f"trust needs cost (cost=True, /cost/trust{self.trust:g}, "
+                             f"--cost --trust {self.trust:g}), or leave trust out.")
         if not _number(t) or t < 0:
             raise ValueError(f"temperature must be a finite number >= 0 (0 is greedy), got {t!r}.")
+        if 0 < t < MIN_TEMPERATURE:
+            raise ValueError(f"temperature {t!r} is below {MIN_TEMPERATURE:g}, where logits / T "
+                             f"overflow: use temperature=0 for greedy (the limit as T -> 0).")
         for name in ("fp32_ties", "record_steps"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}.")
-        if self.lean not in (None, True, False):
+        if not (self.lean is None or isinstance(self.lean, bool)):
             raise ValueError(f"lean must be True, False or None (where the target supports it), "
                              f"got {self.lean!r}.")
         if self.tree is not None and (p or self.record_steps):
@@ -162,6 +177,8 @@ class DecodingConfig:
         if unknown:
             raise ValueError(f"unknown decoding settings {sorted(unknown)}: the fields are {names}.")
         given = {k: v for k, v in given.items() if v is not None}
+        if given.get("cost") is False and "trust" not in given:
+            given["trust"] = None                   # no cost: nothing for a trust to correct
         if "tree" not in given and (given.get("p_min") or given.get("record_steps")):
             given["tree"] = None                    # a chain's settings: the call wants a chain
         if given.get("block_size") == 1:
@@ -206,7 +223,9 @@ class DecodingConfig:
     @classmethod
     def parse(cls, text: str, **call) -> "DecodingConfig":
         """``str(config)`` back into a config: 'dflash:16/p0.3' -> block_size 16, p_min 0.3.
-        ``call``: the fields a text does not hold (max_new_tokens, stop_token_ids)."""
+        ``call``: fields over the text's: those it does not name are applied (max_new_tokens,
+        stop_token_ids, a block size for 'dflash'), one it names with another value is an error,
+        and so is an option named twice."""
         head, *opts = str(text).split("/")
         kind, _, B = head.partition(":")
         if kind not in ("plain", "dflash", "tree") or (B and not B.isdigit()) or (
@@ -214,26 +233,34 @@ class DecodingConfig:
             raise ValueError(f"{text!r} is not a decoding: plain, dflash[:B] or tree[:B]/nN/topK, "
                              f"then /pP /cost /trustW /T<temperature> /argmax /steps /lean /nolean "
                              f"as wanted.")
-        f = dict(call, block_size=1 if kind == "plain" else (int(B) if B else None))
-        tree = {}
+        f = {"block_size": 1} if kind == "plain" else {"block_size": int(B)} if B else {}
+        if kind == "dflash":
+            f["tree"] = None                            # a chain
+        tree, named = {}, {}
         for opt in opts:
             key = next((k for k in ("cost", "argmax", "steps", "trust", "top", "p", "nolean",
                                     "n", "lean", "T") if opt.startswith(k)), None)
             value = opt[len(key or ""):]
             try:
                 if key in ("lean", "nolean") and not value:
-                    f["lean"] = key == "lean"
+                    name, v = "lean", key == "lean"
                 elif key in ("cost", "argmax", "steps") and not value:
-                    f[{"cost": "cost", "argmax": "fp32_ties", "steps": "record_steps"}[key]] = (
-                        key != "argmax")
+                    name = {"cost": "cost", "argmax": "fp32_ties", "steps": "record_steps"}[key]
+                    v = key != "argmax"
                 elif key in ("n", "top"):
-                    tree["node_budget" if key == "n" else "top_k"] = int(value)
+                    name, v = "node_budget" if key == "n" else "top_k", int(value)
                 else:
-                    f[{"trust": "trust", "p": "p_min", "T": "temperature"}[key]] = float(value)
+                    name = {"trust": "trust", "p": "p_min", "T": "temperature"}[key]
+                    v = float(value)
             except (KeyError, ValueError):
                 raise ValueError(f"{text!r}: option {opt!r} is not one of pP (the cut), cost, "
                                  f"trustW, nN and topK (a tree), T<temperature>, argmax, "
                                  f"steps, lean, nolean.") from None
+            if name in named:
+                raise ValueError(f"{text!r}: options {named[name]!r} and {opt!r} both set "
+                                 f"{name}: give each option once.")
+            named[name] = opt
+            (tree if name in ("node_budget", "top_k") else f)[name] = v
         if tree and kind != "tree":
             raise ValueError(f"{text!r}: /nN and /topK are a tree's: tree:B/nN/topK.")
         if kind == "tree":
@@ -241,7 +268,18 @@ class DecodingConfig:
                 raise ValueError(f"{text!r}: a tree names both its nodes and its candidates, "
                                  f"e.g. tree:8/n15/top8 (or neither: the drafter's tree).")
             f["tree"] = tree or True
-        return cls(**f)
+        unknown = set(call) - {x.name for x in fields(cls)}
+        if unknown:
+            raise TypeError(f"unknown decoding settings {sorted(unknown)}: the fields of "
+                            f"DecodingConfig are {[x.name for x in fields(cls)]}.")
+        same = lambda k, v: (v is f[k] or (v is False and f[k] is None) if k == "tree"
+                             and not isinstance(v, dict) else v == f[k])
+        clash = {k: v for k, v in call.items() if k in f and v is not None and not same(k, v)}
+        if clash:
+            raise ValueError(f"{text!r} sets {', '.join(f'{k}={f[k]!r}' for k in clash)}, and the "
+                             f"call gives {', '.join(f'{k}={v!r}' for k, v in clash.items())}: "
+                             f"say it once (in the text, or as a keyword over a text without it).")
+        return cls(**{**call, **f})
 
     # -- decoding.json -------------------------------------------------------------------------
     def to_file(self, costs: dict | None = None) -> dict:
@@ -249,6 +287,10 @@ class DecodingConfig:
         drafter's cost curves under "cost" (verify_cost.costs_to_dict) when ``cost`` is on."""
         from .verify_cost import costs_to_dict
         default, out = DecodingConfig(), {}
+        if self.tree is True:
+            raise ValueError("tree=True names the drafter's default tree, which decoding.json is "
+                             "where it is kept: write the tree itself, {'node_budget': n, "
+                             "'top_k': k}, or tree=None for a chain.")
         for name in FILE_FIELDS:
             value = getattr(self, name)
             if name != "cost" and value != getattr(default, name):
@@ -269,6 +311,10 @@ class DecodingConfig:
                              f"{{\"tree\": {{\"node_budget\": 15, \"top_k\": 8}}}}, got a "
                              f"{type(data).__name__}. Delete the file for the defaults.")
         unknown = set(data) - set(FILE_FIELDS)
+        if data.get("tree", None) is True or data.get("tree", None) is False:
+            raise ValueError(f'{where}: "tree": {str(data["tree"]).lower()} names no tree; the file '
+                             f'holds the drafter\'s tree itself, {{"node_budget": n, "top_k": k}} '
+                             f"(e.g. 15 and 8), or no \"tree\" key for a chain.")
         if unknown:
             raise ValueError(f"{where}: unknown keys {sorted(unknown)}; it may hold "
                              f"{list(FILE_FIELDS)}.")
