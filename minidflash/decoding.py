@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import time
 import warnings
 from dataclasses import dataclass, field, fields, replace
@@ -42,7 +43,8 @@ from .verify_cost import VerifyCost, for_threads
 class GenerationResult:
     output_ids: torch.Tensor            # (1, prompt + new) prompt followed by the new tokens
     prompt_length: int
-    acceptance_lengths: list[int]       # tokens committed per verify step (accepted + 1)
+    acceptance_lengths: list[int]       # tokens committed per verify step (accepted + 1; the
+    #                                     last step's after the cut at max_new_tokens or a stop)
     drafted: list[bool]                 # per new token: True if drafted and accepted
     prefill_time: float = 0.0           # seconds: the target's pass over the prompt
     draft_time: float = 0.0             # seconds in drafter passes
@@ -63,8 +65,13 @@ class GenerationResult:
 
     @property
     def tau(self) -> float:
-        """Mean tokens committed per target verify pass (paper: acceptance length)."""
-        return sum(self.acceptance_lengths) / max(1, len(self.acceptance_lengths))
+        """Mean tokens committed per target verify pass (paper: acceptance length): the new
+        tokens after the prefill's one, over the verify passes. A step cut by max_new_tokens or
+        a stop counts the tokens it kept. With no verify pass (max_new_tokens=1, or the
+        prefill's token a stop) tau is 1.0: one token from one target pass, as plain decoding."""
+        if not self.acceptance_lengths:
+            return 1.0
+        return sum(self.acceptance_lengths) / len(self.acceptance_lengths)
 
     @property
     def tpot(self) -> float:
@@ -74,11 +81,16 @@ class GenerationResult:
 
 # -- the settings of a call, merged and checked once --------------------------------------------
 def prepare(target, drafter, input_ids, config=None, given=None, batch: bool = False,
-            stacklevel: int = 4) -> DecodingConfig:
+            stacklevel: int = 4, generator=None) -> DecodingConfig:
     """The one resolved config a call runs: ``config`` (None: the drafter's decoding.json) with
     the call's keywords over it, once (a warning where a keyword contradicts a value, other than
     the default, of a config the call also gave), block size and tree resolved, the cost curve
     picked (a VerifyCost, or False), and everything checked against target, drafter and prompt."""
+    check_models(target, drafter)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got "
+                        f"{type(generator).__name__} {generator!r}: e.g. "
+                        f"generator=torch.Generator().manual_seed(0).")
     if config is not None and not isinstance(config, DecodingConfig):
         raise TypeError(f"config must be a DecodingConfig or None, got {config!r}: the length is "
                         f"a keyword (speculative_generate(target, drafter, ids, "
@@ -104,9 +116,36 @@ def prepare(target, drafter, input_ids, config=None, given=None, batch: bool = F
         raise ValueError("a tree decodes one sequence at a time: pass tree=False for a batch, "
                          "whose rows verify chains (a drafter's default tree gives way by itself).")
     cfg = base.override(**given).resolve(drafter, batch)
-    cfg = replace(cfg, cost=cost_of(target, drafter, cfg), lean=lean_of(target, cfg))
+    cost = cost_of(target, drafter, cfg)          # the trust, if any, is in it now
+    cfg = replace(cfg, cost=cost, trust=cfg.trust if cost else None, lean=lean_of(target, cfg))
     check_call(target, drafter, input_ids, cfg, batch)
     return cfg
+
+
+def check_models(target, drafter) -> None:
+    """The target a transformers causal LM, the drafter a drafter (or None): a path, a name or
+    the two swapped are told apart here, before any attribute of theirs is read."""
+    order = "the order is (target, drafter, input_ids)"
+    for name, x in (("target", target), ("drafter", drafter)):
+        if isinstance(x, (str, os.PathLike)):
+            load = "load_target" if name == "target" else "load_drafter"
+            raise TypeError(f"{name} is the path or name {str(x)!r}: load it first, "
+                            f"{name} = minidflash.{name}.{load}({str(x)!r})"
+                            f"{'[0] (it returns the model and its tokenizer)' if name == 'target' else ''}.")
+    is_lm = lambda m: isinstance(m, torch.nn.Module) and all(
+        hasattr(m, a) for a in ("get_input_embeddings", "get_output_embeddings", "config"))
+    is_drafter = lambda m: isinstance(m, torch.nn.Module) and all(
+        hasattr(m, a) for a in ("draft", "new_cache", "block_size", "target_layer_ids"))
+    if is_drafter(target) and (drafter is None or is_lm(drafter)):
+        raise TypeError(f"target is a {type(target).__name__}, a drafter, and drafter a "
+                        f"{type(drafter).__name__}: {order}.")
+    if not is_lm(target):
+        raise TypeError(f"target must be a transformers causal LM (minidflash.target.load_target, "
+                        f"AutoModelForCausalLM), got {type(target).__name__}: {order}.")
+    if drafter is not None and not is_drafter(drafter):
+        raise TypeError(f"drafter must be a DFlashDrafter (minidflash.drafter.load_drafter), an "
+                        f"ARDrafter (ar_drafter.load_ar_drafter) or None (plain decoding), got "
+                        f"{type(drafter).__name__}: {order}.")
 
 
 def cost_of(target, drafter, cfg: DecodingConfig) -> VerifyCost | bool:
@@ -139,6 +178,9 @@ def check_call(target, drafter, input_ids, cfg: DecodingConfig, batch: bool = Fa
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.dtype != torch.long:
         raise ValueError("input_ids must be a (1, S) LongTensor of token ids, e.g. "
                          "tokenizer(text, return_tensors='pt')['input_ids'].")
+    if input_ids.shape[0] == 0:
+        raise ValueError(f"input_ids {tuple(input_ids.shape)} holds no prompt: give at least one "
+                         f"row.")
     if input_ids.shape[0] != 1 and not batch:
         raise ValueError(f"speculative_generate decodes one sequence, got a batch of "
                          f"{input_ids.shape[0]}: call speculative_generate_batch with the "
@@ -150,6 +192,12 @@ def check_call(target, drafter, input_ids, cfg: DecodingConfig, batch: bool = Fa
     if int(input_ids.min()) < 0 or int(input_ids.max()) >= vocab:
         raise ValueError(f"input_ids hold ids outside the target's vocabulary 0..{vocab - 1}: "
                          f"was the prompt tokenized with this target's tokenizer?")
+    V = target.get_output_embeddings().weight.shape[0]
+    far = [t for t in cfg.stop_token_ids if t >= V]
+    if far:
+        raise ValueError(f"stop_token_ids {far[:5]} are outside the target's vocabulary "
+                         f"0..{V - 1}: it can never emit them (minidflash.target.stop_ids"
+                         f"(tokenizer) gives its own).")
     B, need = cfg.block_size, input_ids.shape[1] + cfg.max_new_tokens + cfg.block_size
     limit = getattr(target.config, "max_position_embeddings", None)
     if limit and need > limit:
@@ -160,9 +208,19 @@ def check_call(target, drafter, input_ids, cfg: DecodingConfig, batch: bool = Fa
         return
     if drafter is None:
         raise ValueError("block_size > 1 needs a drafter; pass one or use block_size=1.")
+    if batch and not isinstance(drafter, DFlashDrafter):
+        raise ValueError(f"a batch needs the DFlash drafter: {type(drafter).__name__} drafts one "
+                         f"row at a time; call speculative_generate on each prompt (1, S), or "
+                         f"pass block_size=1 for plain decoding of the batch.")
     if cfg.tree and not isinstance(drafter, DFlashDrafter):
         raise ValueError(f"a tree needs the DFlash drafter's per-slot distributions, got "
                          f"{type(drafter).__name__}: pass tree=False.")
+    if cfg.tree:
+        K = (V if drafter.draft_vocab is None else len(drafter.draft_vocab))
+        if cfg.tree["top_k"] > K:
+            raise ValueError(f"tree top_k {cfg.tree['top_k']} exceeds the {K} tokens the drafter "
+                             f"scores ({'its draft vocabulary' if K != V else 'the vocabulary'}): "
+                             f"use a top_k in 1..{K}.")
     check_fits(drafter, target)
     if B > drafter.block_size:
         raise ValueError(f"block_size {B} exceeds the drafter's trained block size "
@@ -301,6 +359,9 @@ def result(prompt: torch.Tensor, new: list[int], cfg: DecodingConfig, lengths, d
     """A GenerationResult of prompt (1, S) and the new tokens, cut (``cut``). times: prefill,
     draft, verify, decode seconds."""
     new = cut(new, cfg)
+    lengths, left = list(lengths), len(new) - 1           # the verify passes' tokens, after the cut
+    for i, n in enumerate(lengths):
+        lengths[i], left = max(0, min(n, left)), left - n
     output_ids = torch.cat([prompt, torch.tensor([new], dtype=torch.long, device=prompt.device)], 1)
     return GenerationResult(output_ids=output_ids, prompt_length=prompt.shape[1],
                             acceptance_lengths=lengths, drafted=drafted[:len(new)],

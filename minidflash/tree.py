@@ -46,7 +46,9 @@ import torch
 from transformers import DynamicCache
 
 from . import batch as ragged
-from .decoding import GenerationResult, choose, clock, crop_cache, result, target_pass, tie_head
+from .decoding import (GenerationResult, choose, clock, crop_cache, prepare, result, target_pass,
+                       tie_head)
+from .verify_cost import VerifyCost
 from .drafter import target_features
 from .settings import DecodingConfig
 
@@ -165,7 +167,16 @@ def tree_generate(target, drafter, input_ids: torch.Tensor, cfg: DecodingConfig,
     The tree is at most B-1 deep. cost: each step verifies the n best nodes (n <= node_budget)
     with the most expected tokens per unit of measured time, a node's chance being its path's
     probability, and skips the drafter after steps that did not pay, as the chain does.
+    A config not resolved yet (tree=True, block_size None, cost=True, lean None) is resolved
+    here as ``speculative_generate`` resolves it; one without a tree is refused.
     """
+    if not (isinstance(cfg, DecodingConfig) and isinstance(cfg.tree, dict) and cfg.block_size
+            and (cfg.cost is False or isinstance(cfg.cost, VerifyCost)) and cfg.lean is not None):
+        cfg = prepare(target, drafter, input_ids, cfg, generator=generator)
+    if not isinstance(cfg.tree, dict):
+        raise ValueError(f"tree_generate verifies a tree, and the config {str(cfg)!r} names none: "
+                         f"pass tree={{'node_budget': n, 'top_k': k}} (or call "
+                         f"speculative_generate, which runs a chain).")
     B, T, device, layers = cfg.block_size, cfg.temperature, input_ids.device, drafter.target_layer_ids
     node_budget, top_k, cost = cfg.tree["node_budget"], cfg.tree["top_k"], cfg.cost
     stops = set(cfg.stop_token_ids)

@@ -53,7 +53,7 @@ from . import batch as ragged
 from .ar_drafter import ARDrafter
 from .decoding import (GenerationResult, choose, clock, crop_cache, prepare, result, target_pass,
                        tie_head)
-from .drafter import DFlashDrafter, target_features
+from .drafter import target_features
 from .settings import DecodingConfig
 from .tree import tree_generate
 from .verify_cost import Trust, confident_prefix
@@ -120,7 +120,7 @@ def speculative_generate(target, drafter, input_ids: torch.Tensor,
     a chain, block_size=1: plain decoding). At temperature > 0 the target samples with
     ``generator``; the drafter always drafts greedily. A tree goes to ``tree.tree_generate``.
     """
-    cfg = prepare(target, drafter, input_ids, config, fields)
+    cfg = prepare(target, drafter, input_ids, config, fields, generator=generator)
     if cfg.tree:
         return tree_generate(target, drafter, input_ids, cfg, generator)
     B, T, device = cfg.block_size, cfg.temperature, input_ids.device
@@ -182,8 +182,9 @@ def speculative_generate(target, drafter, input_ids: torch.Tensor,
     return result(input_ids, new, cfg, lengths, drafted, times, steps=steps, verified=verified)
 
 
-def check_batch(drafter, input_ids, attention_mask, block_size) -> torch.Tensor:
-    """The batch's attention mask as (N, S) bool, checked: left padding, a token in every row."""
+def check_batch(input_ids, attention_mask) -> torch.Tensor:
+    """The batch's attention mask as (N, S) bool, checked: left padding, a token in every row
+    (the drafter, a DFlash one, is checked by ``decoding.check_call``)."""
     N, S = input_ids.shape
     if attention_mask is None:
         return torch.ones(N, S, dtype=torch.bool, device=input_ids.device)
@@ -200,9 +201,6 @@ def check_batch(drafter, input_ids, attention_mask, block_size) -> torch.Tensor:
         empty = (~mask[:, -1]).nonzero()[:, 0].tolist()
         raise ValueError(f"rows {empty[:5]} of the batch are empty: give every prompt at least one "
                          f"token.")
-    if block_size > 1 and not isinstance(drafter, DFlashDrafter):
-        raise ValueError(f"a batch needs the DFlash drafter: {type(drafter).__name__} drafts one "
-                         f"row at a time; call speculative_generate on each prompt (1, S).")
     return mask
 
 
@@ -225,8 +223,8 @@ def speculative_generate_batch(target, drafter, input_ids: torch.Tensor,
     its own m_i: the verify pass is as wide as the longest, a row accepts at most its own m_i;
     the batch never skips the drafter (its rows would disagree on when).
     """
-    cfg = prepare(target, drafter, input_ids, config, fields, batch=True)
-    mask = check_batch(drafter, input_ids, attention_mask, cfg.block_size)   # (N, S) bool
+    cfg = prepare(target, drafter, input_ids, config, fields, batch=True, generator=generator)
+    mask = check_batch(input_ids, attention_mask)                             # (N, S) bool
     B, T, device, (N, S) = cfg.block_size, cfg.temperature, input_ids.device, input_ids.shape
     head, layers = tie_head(target, cfg), drafter.target_layer_ids if cfg.block_size > 1 else None
     stops, lengths = set(cfg.stop_token_ids), mask.sum(1)                   # (N,) prompt lengths
