@@ -62,7 +62,7 @@ from .attention import attend, check_backend, default_backend
 from .config import PAPER, TINY_DRAFTER_DIR
 from .hub import snapshot
 from .settings import DecodingConfig
-from .target import check_folder
+from .target import check_folder, drafter_config, read_json, resolve_dtype
 from .verify_cost import VerifyCost
 
 DRAFT_VOCAB_FILE = "draft_vocab.json"     # optional, beside the published config + weights
@@ -200,8 +200,10 @@ class DFlashDrafter(nn.Module):
                              f"implements full attention only and will not silently widen the "
                              f"window. Use a drafter whose layers are all 'full_attention'.")
         dflash = getattr(config, "dflash_config", None) or {}
-        self.block_size = int(getattr(config, "block_size", None) or dflash.get("block_size")
-                              or PAPER.block_size)
+        B = getattr(config, "block_size", None)
+        self.block_size = dflash.get("block_size", PAPER.block_size) if B is None else B
+        if not isinstance(self.block_size, int) or isinstance(B, bool) or self.block_size < 2:
+            raise ValueError(f"block_size must be an integer >= 2 for a drafter, got {B!r}.")
         self.mask_token_id = dflash.get("mask_token_id")
         self.target_layer_ids = list(dflash.get("target_layer_ids") or default_target_layer_ids(
             config.num_target_layers, config.num_hidden_layers))
@@ -406,9 +408,11 @@ def load_drafter(name_or_path=None, target=None, dtype=None, device=None,
     file).
     """
     like = next(target.parameters()) if target is not None else None
-    dtype = dtype or (like.dtype if like is not None else torch.float32)
     device = device or (like.device if like is not None else "cpu")
+    dtype = None if dtype in (None, "auto") else resolve_dtype(dtype, 0, device)  # load_target's
+    dtype = dtype or (like.dtype if like is not None else torch.float32)         # spellings
     backend = check_backend(backend or default_backend(device))
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     if name_or_path is not None and check_folder(name_or_path, "load_drafter", TINY_DRAFTER_DIR):
@@ -418,22 +422,22 @@ def load_drafter(name_or_path=None, target=None, dtype=None, device=None,
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{path} has no config.json: a drafter directory needs config.json "
                                 f"and model.safetensors (write one with drafter.save_pretrained).")
-    raw = json.loads((path / "config.json").read_text())
-    for key in ("auto_map", "architectures", "model_type"):
-        raw.pop(key, None)
-    config = Qwen3Config(**raw)
-    if getattr(config, "dflash_config", None) is None or "num_target_layers" not in raw:
-        raise ValueError(f"{path / 'config.json'} is not a DFlash drafter config: it needs "
-                         f"dflash_config {{mask_token_id, target_layer_ids}} and num_target_layers.")
-    if "block_size" not in raw:  # newer checkpoints keep it inside dflash_config
-        config.block_size = config.dflash_config.get("block_size", PAPER.block_size)
+    raw = drafter_config(file := path / "config.json")
+    try:
+        config = Qwen3Config(**raw)
+        drafter = DFlashDrafter(config)
+    except Exception as e:            # transformers' validators raise their own kinds
+        raise ValueError(f"{file} does not make a drafter: {' '.join(str(e).split())}") from e
     files = sorted(path.glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"{path} has no *.safetensors weights next to its config.json.")
     state = {}
     for f in files:
-        state.update(load_file(str(f)))
-    drafter = DFlashDrafter(config)
+        try:
+            state.update(load_file(str(f)))
+        except (SafetensorError, OSError) as e:
+            raise ValueError(f"{f} is not a readable safetensors file ({e}): empty, truncated or "
+                             f"not safetensors; save or fetch it again.") from None
     expected = set(drafter.state_dict())
     missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
     if missing or unexpected:
@@ -441,6 +445,13 @@ def load_drafter(name_or_path=None, target=None, dtype=None, device=None,
                          f"DFlash drafter: missing {missing[:5]}{'...' if len(missing) > 5 else ''}, "
                          f"unexpected {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}. "
                          f"Check num_hidden_layers in config.json and the tensor names.")
+    wrong = [(k, tuple(state[k].shape), tuple(v.shape)) for k, v in drafter.state_dict().items()
+             if state[k].shape != v.shape]      # a size in config.json changed after the save
+    if wrong:
+        raise ValueError(f"{files[0] if len(files) == 1 else path} does not match {file}: "
+                         f"{wrong[0][0]} is {wrong[0][1]} in the weights, {wrong[0][2]} by the "
+                         f"config ({len(wrong)} tensor(s) differ; hidden_size, heads, head_dim, "
+                         f"target_layer_ids?): restore the config saved with them.")
     drafter.load_state_dict(state, strict=True)
     drafter.to(device=device, dtype=dtype).eval().requires_grad_(False)
     drafter.backend = backend
@@ -451,16 +462,14 @@ def load_drafter(name_or_path=None, target=None, dtype=None, device=None,
             raise ValueError(f"{path / DRAFT_VOCAB_FILE} is not a draft vocabulary "
                              f'{{"token_ids": [...]}} for this drafter: {e} (delete the file to '
                              f"draft over the full vocabulary).") from e
-    if (path / DECODING_FILE).is_file():
-        file = path / DECODING_FILE
-        try:
-            data = json.loads(file.read_text())
-        except ValueError as e:
-            raise ValueError(f"{file} is not valid JSON ({e}): fix it, or delete it for the "
-                             f"default decoding (a chain at the drafter's block size).") from None
+    if (file := path / DECODING_FILE).is_file():
+        data = read_json(file, "decoding settings, or delete it for the default decoding")
         drafter.decoding, drafter.costs = DecodingConfig.from_file(data, str(file))
     if target is not None:
-        check_fits(drafter, target)
+        try:
+            check_fits(drafter, target)
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
     return drafter
 
 

@@ -22,6 +22,7 @@ the user's cache (``~/.cache/minidflash``), so that later loads read safetensors
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shutil
@@ -158,6 +159,65 @@ def check_folder(name_or_path, what: str = "load_target", default=TINY_TARGET_DI
     return path.is_dir()
 
 
+def read_json(file: Path, what: str):
+    """The JSON in ``file``; not JSON (garbled, truncated, empty): an error naming the file and
+    what it should hold."""
+    try:
+        text = file.read_text()
+        if not text.strip():
+            raise ValueError("the file is empty")
+        return json.loads(text)
+    except ValueError as e:        # json's errors and undecodable bytes are ValueErrors
+        raise ValueError(f"{file} is not valid JSON ({e}): it should hold {what}.") from None
+
+
+def drafter_config(file: Path) -> dict:
+    """A drafter's config.json as a dict, checked, each error naming the file: a JSON object
+    with dflash_config and num_target_layers, sizes and counts integers >= 1, block_size >= 2
+    (taken from dflash_config where newer checkpoints keep it), target_layer_ids within
+    num_target_layers."""
+    raw = read_json(file, "a drafter's config (drafter.save_pretrained writes one)")
+    if not isinstance(raw, dict):
+        raise ValueError(f"{file} must hold a JSON object (a drafter's config), got a "
+                         f"{type(raw).__name__}.")
+    for key in ("auto_map", "architectures", "model_type"):
+        raw.pop(key, None)
+    if not isinstance(raw.get("dflash_config"), dict) or "num_target_layers" not in raw:
+        raise ValueError(f"{file} is not a DFlash drafter config: it needs "
+                         f"dflash_config {{mask_token_id, target_layer_ids}} and num_target_layers.")
+    raw.setdefault("block_size", raw["dflash_config"].get("block_size", PAPER.block_size))
+    whole = lambda v, low: isinstance(v, int) and not isinstance(v, bool) and v >= low
+    for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings",
+                "num_target_layers"):
+        if key in raw and not whole(raw[key], 1):
+            raise ValueError(f"{file}: {key} must be an integer >= 1, got {raw[key]!r}.")
+    if not whole(raw["block_size"], 2):
+        raise ValueError(f"{file}: block_size must be an integer >= 2 for a drafter (slot 0 and "
+                         f"at least one drafted slot; the paper's is {PAPER.block_size}), got "
+                         f"{raw['block_size']!r}.")
+    types, layers = raw.get("layer_types"), raw.get("num_hidden_layers")
+    if types is not None and (not isinstance(types, list) or len(types) != layers):
+        got = len(types) if isinstance(types, list) else repr(types)
+        raise ValueError(f"{file}: layer_types lists {got} layers, num_hidden_layers is "
+                         f"{layers}: give one type per layer.")
+    heads, kv = raw.get("num_attention_heads"), raw.get("num_key_value_heads")
+    if heads and kv and heads % kv:
+        raise ValueError(f"{file}: num_attention_heads {heads} is not a multiple of "
+                         f"num_key_value_heads {kv}.")
+    dflash, T = raw["dflash_config"], raw["num_target_layers"]
+    mask = dflash.get("mask_token_id")
+    if mask is not None and not whole(mask, 0):
+        raise ValueError(f"{file}: dflash_config.mask_token_id must be a token id >= 0, got "
+                         f"{mask!r}.")
+    ids = dflash.get("target_layer_ids")
+    if ids is not None and (not isinstance(ids, list) or not ids
+                            or not all(whole(i, 0) and i < T for i in ids)):
+        raise ValueError(f"{file}: dflash_config.target_layer_ids must be a non-empty list of "
+                         f"target layers 0..{T - 1} (num_target_layers {T}), got {ids!r}.")
+    return raw
+
+
 def load_target(name_or_path: str | os.PathLike | None = None, dtype="auto",
                 device: str | torch.device = "cpu"):
     """(model, tokenizer) of the target: None is the shipped tiny Qwen3, else a hub id or dir.
@@ -174,11 +234,28 @@ def load_target(name_or_path: str | os.PathLike | None = None, dtype="auto",
     path = TINY_TARGET_DIR if name_or_path is None else name_or_path
     local = check_folder(path)                            # the hub is asked for hub ids only
     path = Path(path).expanduser() if local else path     # "~/models/x" is a folder too
+    if local:
+        config = read_json(path / "config.json", "the target's transformers config")
+        arch = config.get("architectures") if isinstance(config, dict) else None
+        if isinstance(config, dict) and ("dflash_config" in config or arch in (
+                ["DFlashDraftModel"], ["ARDrafter"])):
+            raise ValueError(f"{path} holds a drafter ({arch or 'dflash_config'} in its "
+                             f"config.json), not a target: load it with load_drafter"
+                             f"({str(name_or_path)!r}, target), and the target it drafts for "
+                             f"with load_target (None: the shipped tiny target).")
     try:
         only_cache = not local and local_only()
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=only_cache)
         # "auto" loads the checkpoint's own dtype, then casts (never fp32 weights through bf16)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=only_cache)
+        model, info = AutoModelForCausalLM.from_pretrained(
+            path, dtype=dtype, local_files_only=only_cache, output_loading_info=True)
+        if info["missing_keys"] or info["mismatched_keys"]:
+            missing = sorted(info["missing_keys"]) + sorted(map(str, info["mismatched_keys"]))
+            raise ValueError(f"{path}: the weights lack or mis-shape {missing[:5]}"
+                             f"{'...' if len(missing) > 5 else ''} of a "
+                             f"{type(model).__name__}; transformers would run them random. Is "
+                             f"it the folder of a complete causal LM (its *.safetensors beside "
+                             f"config.json)?")
     except OSError as e:
         if local:
             raise
