@@ -49,6 +49,8 @@ import torch.nn.functional as F
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import create_causal_mask
 
+from .exact import invariant_attention
+
 FAMILIES = ("llama", "qwen2", "qwen3")
 
 
@@ -170,11 +172,12 @@ class LeanTarget:
 
     @torch.no_grad()
     def __call__(self, input_ids, cache, layers: bool, final: bool, logits_to_keep: int = 0,
-                 attention_mask=None, position_ids=None):
+                 attention_mask=None, position_ids=None, exact: bool = False):
         """(logits, hidden_states, final) as ``decoding.target_pass``: the logits at the last
         ``logits_to_keep`` positions (0: all), every layer's states (transformers' tuple: the
         embeddings, each layer's output, the last one normed) when ``layers``, and the normed
-        final state at the kept positions when ``final``."""
+        final state at the kept positions when ``final``. exact: attention reduced over keys in
+        fixed blocks in index order (``exact.invariant_attention``), for exact mode."""
         h = self.body.embed_tokens(input_ids)                                 # (N, T, H)
         N, T = input_ids.shape
         if position_ids is None:
@@ -192,7 +195,9 @@ class LeanTarget:
                 q, k = rms_norm(q, p["q_norm"]), rms_norm(k, p["k_norm"])
             q, k = rotate(q.transpose(1, 2), cos, sin), rotate(k.transpose(1, 2), cos, sin)
             k, v = cache.update(k, v.transpose(1, 2), i)
-            if packed_gqa and (mask is not None or T == 1):
+            if exact:
+                out = invariant_attention(q, k, v, mask, p["attn"].scaling)
+            elif packed_gqa and (mask is not None or T == 1):
                 out = attend(q, k, v, mask, p["attn"].scaling)
             else:                                           # transformers' own choice
                 out, _ = sdpa_attention_forward(p["attn"], q, k, v, mask, dropout=0.0,

@@ -1,0 +1,113 @@
+"""Exact mode's attention (minidflash/exact.py): the attention it computes, and the property it
+exists for: row j of a W-row pass is the same bits as row 0 of a W-row pass (the token, then
+padding) that computes the same token after the same cache, in fp32 and bf16, through
+transformers' forward and the lean pass; with SDPA in its place the rows part."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from minidflash import exact, lean
+from minidflash.decoding import cache_kwargs, crop_cache
+from minidflash.exact import invariant_attention
+from tests.helpers import tiny_target
+
+W = 16
+
+
+def sdpa(q, k, v, mask, scaling):
+    G = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(G, 1), v.repeat_interleave(G, 1)
+    out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,
+                                         scale=scaling, is_causal=mask is None)
+    return out.transpose(1, 2).to(q.dtype)
+
+
+@pytest.mark.parametrize("T, L", [(1, 1), (1, 70), (5, 5), (16, 16), (16, 200), (3, 129)])
+def test_it_is_attention(T, L):
+    """The causal attention (mask None) and a bool mask, GQA, keys across block boundaries."""
+    g = torch.Generator().manual_seed(T * 1000 + L)
+    q, k, v = (torch.randn(2, 4, n, 8, generator=g) for n in (T, L, L))
+    k, v = k[:, :2], v[:, :2]                                            # 2 key heads for 4
+    causal = torch.ones(T, L, dtype=torch.bool).tril(L - T)[None, None].expand(2, 1, T, L)
+    want = sdpa(q, k, v, None if T == L else causal, 0.3)
+    torch.testing.assert_close(invariant_attention(q, k, v, None, 0.3), want)
+    torch.testing.assert_close(invariant_attention(q, k, v, causal, 0.3), want)
+    additive = torch.zeros(causal.shape).masked_fill(~causal, float("-inf"))
+    torch.testing.assert_close(invariant_attention(q, k, v, additive, 0.3), want)
+
+
+def test_a_tree_mask_and_bf16():
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 4, n, 16, generator=g) for n in (6, 40, 40))
+    see = torch.rand(1, 1, 6, 40, generator=g) > 0.4
+    see[..., 34:] = torch.eye(6, dtype=torch.bool)                       # each row sees itself
+    want = sdpa(q, k, v, see, 0.25)
+    torch.testing.assert_close(invariant_attention(q, k, v, see, 0.25), want)
+    got = invariant_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), see, 0.25)
+    torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
+
+
+def rows_identical(target, run, prompt_len=13):
+    """How many of W rows of one W-row pass equal row 0 of a padded W-row pass at the same
+    position after the same cache (cropped from the first pass's), bit for bit."""
+    from transformers import DynamicCache
+    g = torch.Generator().manual_seed(0)
+    vocab = target.config.vocab_size
+    ids = torch.randint(0, vocab, (1, prompt_len + W), generator=g)
+    prompt, block = ids[:, :prompt_len], ids[:, prompt_len:]
+    cache = DynamicCache()
+    run(prompt, cache)
+    full = run(block, cache)                                              # (1, W, V)
+    same = 0
+    for j in range(W):
+        c = copy.deepcopy(cache)
+        crop_cache(c, prompt_len + j)
+        rows = torch.cat([block[:, j:j + 1], torch.zeros(1, W - 1, dtype=torch.long)], 1)
+        same += torch.equal(run(rows, c)[0, 0], full[0, j])
+    return same
+
+
+def forward_with(target, attention):
+    def run(ids, cache):
+        pos = torch.arange(ids.shape[1])[None] + cache.get_seq_length()
+        target.set_attn_implementation(attention)
+        try:
+            with torch.no_grad():
+                return target(input_ids=ids, **cache_kwargs(target, cache), position_ids=pos).logits
+        finally:
+            target.set_attn_implementation("sdpa")
+    return run
+
+
+def lean_with(target, exact_attention):
+    def run(ids, cache):
+        pos = torch.arange(ids.shape[1])[None] + cache.get_seq_length()
+        return lean.of(target)(ids, cache, False, False, position_ids=pos, exact=exact_attention)[0]
+    return run
+
+
+@pytest.fixture(scope="module", params=[torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def target(request):
+    # hidden 256 and 8 heads over 2 key heads: products big enough to be blocked
+    return tiny_target(seed=3, vocab=211, layers=2, hidden=256, heads=8, kv_heads=2,
+                       dtype=request.param)
+
+
+def test_rows_are_the_same_bits_through_transformers_forward(target):
+    assert rows_identical(target, forward_with(target, exact.register())) == W
+
+
+def test_rows_are_the_same_bits_through_the_lean_pass(target):
+    assert rows_identical(target, lean_with(target, True)) == W
+
+
+def test_sdpa_in_its_place_parts_them(target, monkeypatch):
+    """The planted bug: the library's attention swapped back in, the identity goes."""
+    assert rows_identical(target, lean_with(target, False)) < W
+    monkeypatch.setattr(lean, "invariant_attention",
+                        lambda q, k, v, mask, scaling: lean.attend(q, k, v, mask, scaling)
+                        if q.dtype == torch.bfloat16 else sdpa(q, k, v, mask, scaling))
+    assert rows_identical(target, lean_with(target, True)) < W
