@@ -379,3 +379,49 @@ def headline_markdown(one: str, two: str) -> str:
                                           for r, x in zip(rs, runs))
                      + f" | {gap:.2f} |")
     return "\n".join(lines)
+
+
+SUITE_NAMES = {"gsm8k": "GSM8K", "math500": "MATH-500", "humaneval": "HumanEval", "mtbench": "MT-Bench"}
+
+
+def new_kinds_markdown(two: str, one: str, before: str) -> str:
+    """docs/results.md's bf16 table: the default at two threads and at one over plain bf16
+    through transformers' forward, the answers identical, the largest fp32 gap at a parting, and
+    the whole block's tau (one thread) of the drafter before the new kinds and of the shipped one."""
+    runs = [read(two)["suites"], read(one)["suites"]]
+    old = read(before)["suites"]
+    lines = ["| suite | tau, 2 / 1 threads | speedup over plain bf16 (transformers' forward), 2 / 1 "
+             "threads | answers identical to plain bf16 (2 / 1 threads) | largest fp32 gap at a "
+             "parting | tau of the whole block (1 thread), before -> now |", "|---" * 6 + "|"]
+    for s in runs[0]:
+        d = [r[s]["methods"]["dflash"] for r in runs]
+        lines.append(f"| {SUITE_NAMES.get(s, s)} | " + " / ".join(f"{x['tau']:.2f}" for x in d)
+                     + " | " + " / ".join(f"{x['speedup']:.2f}x" for x in d) + " | "
+                     + " / ".join(f"{x['identical_count']}/{r[s]['prompts']}" for x, r in zip(d, runs))
+                     + f" | {max(x['max_fp32_gap'] or 0 for x in d):.2f}"
+                     + f" | {old[s]['methods']['dflash:8']['tau']:.2f} -> "
+                     f"{runs[1][s]['methods']['dflash:8']['tau']:.2f} |")
+    return "\n".join(lines)
+
+
+def fp32_markdown(two: str, one: str) -> str:
+    """docs/results.md's fp32 table: the default at two threads and at one over plain fp32 and
+    over the fastest plain (bf16), both plains' tokens per second, the answers identical to
+    plain fp32 and the largest gap at a parting (a fresh fp32 pass)."""
+    runs = [read(two)["suites"], read(one)["suites"]]
+    lines = ["| suite (fp32) | tau, 2 / 1 threads | over plain fp32, 2 / 1 threads | over plain bf16 "
+             "(the fastest), 2 / 1 threads | plain fp32, tokens/s | plain bf16, tokens/s | answers "
+             "identical to plain fp32 | largest gap at a parting (a fresh fp32 pass) |", "|---" * 8 + "|"]
+    for s in runs[0]:
+        m = [r[s]["methods"] for r in runs]
+        both = lambda f: " / ".join(f(x) for x in m)
+        gaps = [x["dflash"]["max_fp32_gap"] for x in m if x["dflash"]["max_fp32_gap"] is not None]
+        lines.append(f"| {SUITE_NAMES.get(s, s)} | {both(lambda x: format(x['dflash']['tau'], '.2f'))}"
+                     f" | {both(lambda x: format(x['dflash']['speedup'], '.2f') + 'x')}"
+                     f" | {both(lambda x: format(x['dflash']['speedup_vs_fastest_plain'], '.2f') + 'x')}"
+                     f" | {both(lambda x: format(x['plain']['tokens_per_s'], '.1f'))}"
+                     f" | {both(lambda x: format(x['plain/bf16']['tokens_per_s'], '.1f'))}"
+                     " | " + " / ".join(f"{x['dflash']['identical_count']}/{r[s]['prompts']}"
+                                        for x, r in zip(m, runs))
+                     + f" | {format(max(gaps), '.0e') if gaps else '-'} |")
+    return "\n".join(lines)
