@@ -43,6 +43,7 @@ from transformers import DynamicCache, Qwen3Config
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding
 
 from .drafter import apply_rope, default_target_layer_ids, target_shape
+from .files import write_together
 
 TTT_DECAY = 0.8          # EAGLE-3's per-step loss weight
 MAX_DRAFT = 16           # longest chain the verifier may ask for (block size 17)
@@ -218,23 +219,20 @@ class ARDrafter(nn.Module):
     # On disk: config.json + model.safetensors (EAGLE-3's tensor names: fc, midlayer.*, norm)
     # ---------------------------------------------------------------------------------------
     def save_pretrained(self, save_directory: str | os.PathLike) -> None:
+        """Weights first, config.json last, each atomically; other files in the folder are left
+        alone (as ``DFlashDrafter.save_pretrained``)."""
         from safetensors.torch import save_file
 
-        out = Path(save_directory)
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.mkdir(parents=True, exist_ok=True)
         cfg = self.config.to_dict()
         cfg.update(architectures=["ARDrafter"], block_size=self.block_size,
                    target_layer_ids=self.target_layer_ids,
                    num_target_layers=self.config.num_target_layers)
-        (tmp / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True, default=str) + "\n")
+        text = json.dumps(cfg, indent=2, sort_keys=True, default=str) + "\n"
         state = {k: v.detach().contiguous() for k, v in self.state_dict().items()
                  if not k.startswith("rotary_emb")}
-        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        if out.exists():
-            import shutil
-            shutil.rmtree(out)
-        tmp.replace(out)
+        write_together(save_directory, {
+            "model.safetensors": lambda tmp: save_file(state, str(tmp), {"format": "pt"}),
+            "config.json": lambda tmp: tmp.write_text(text)})
 
 
 def load_ar_drafter(path, target=None, dtype=None, device=None) -> ARDrafter:

@@ -60,6 +60,7 @@ from transformers.models.qwen3.modeling_qwen3 import (Qwen3MLP, Qwen3RMSNorm,
 
 from .attention import attend, check_backend, default_backend
 from .config import PAPER, TINY_DRAFTER_DIR
+from .files import write_together
 from .hub import snapshot
 from .settings import DecodingConfig
 from .target import check_folder, drafter_config, read_json, resolve_dtype
@@ -351,17 +352,16 @@ class DFlashDrafter(nn.Module):
     # The published format
     # ----------------------------------------------------------------------------------------
     def save_pretrained(self, save_directory: str | os.PathLike) -> None:
-        """Write config.json + model.safetensors in the published layout, and the draft
-        vocabulary (if any) as draft_vocab.json beside them; atomically (all in a folder that
-        replaces the old one once complete)."""
+        """Write config.json + model.safetensors in the published layout into save_directory
+        (created if missing), and draft_vocab.json / decoding.json when the drafter has a draft
+        vocabulary / decoding settings; each file atomically, every other file in the folder
+        left alone (``files.write_together``). Such a file left by an earlier save is removed
+        when this drafter has none (the loader would read it with these weights). config.json
+        is removed first and renamed into place last: a failed save leaves the old drafter
+        whole, one killed mid-rename no config.json (which load_drafter refuses), never the old
+        config with new weights."""
         from safetensors.torch import save_file
 
-        out = Path(save_directory)
-        tmp = out.with_name(out.name + ".tmp")
-        if tmp.exists():        # left by an interrupted save: none of its files may ship
-            import shutil
-            shutil.rmtree(tmp)
-        tmp.mkdir(parents=True)
         c = self.config
         rope = dict(getattr(c, "rope_parameters", None)
                     or {"rope_type": "default", "rope_theta": getattr(c, "rope_theta", 1e6)})
@@ -381,19 +381,19 @@ class DFlashDrafter(nn.Module):
                     "vocab_size", "tie_word_embeddings", "attention_bias", "attention_dropout",
                     "hidden_act", "initializer_range"):
             cfg[key] = getattr(c, key)
-        (tmp / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
         state = {k: v.detach().contiguous() for k, v in self.state_dict().items()}
-        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        files = {"model.safetensors": lambda tmp: save_file(state, str(tmp), {"format": "pt"})}
         if self.draft_vocab is not None:
-            (tmp / DRAFT_VOCAB_FILE).write_text(json.dumps(
-                {"token_ids": self.draft_vocab.tolist()}, separators=(",", ":")) + "\n")
+            vocab = {"token_ids": self.draft_vocab.tolist()}
+            files[DRAFT_VOCAB_FILE] = lambda tmp: tmp.write_text(
+                json.dumps(vocab, separators=(",", ":")) + "\n")
         decoding = replace(self.decoding, cost=bool(self.costs)).to_file(self.costs)
         if decoding:
-            (tmp / DECODING_FILE).write_text(json.dumps(decoding) + "\n")
-        if out.exists():
-            import shutil
-            shutil.rmtree(out)
-        tmp.replace(out)
+            files[DECODING_FILE] = lambda tmp: tmp.write_text(json.dumps(decoding) + "\n")
+        files["config.json"] = lambda tmp: tmp.write_text(json.dumps(cfg, indent=2, sort_keys=True)
+                                                          + "\n")
+        write_together(save_directory, files, [f for f in (DRAFT_VOCAB_FILE, DECODING_FILE)
+                                               if f not in files])
 
 
 def load_drafter(name_or_path=None, target=None, dtype=None, device=None,

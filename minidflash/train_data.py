@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 
 from .config import CACHE_DIR
 from .drafter import target_features
+from .files import write_with
 from .target import chat_ids, stop_ids
 
 
@@ -142,9 +143,7 @@ def cached_regeneration(target, tokenizer, prompts: list[dict], max_new_tokens: 
         return torch.load(path, mmap=layer_ids is not None or topk > 0)
     data = regenerate(target, tokenizer, prompts, max_new_tokens, batch_size=batch_size,
                       progress=progress, layer_ids=layer_ids, topk=topk)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(data, path.with_suffix(".tmp"))
-    path.with_suffix(".tmp").replace(path)
+    write_with(path, lambda tmp: torch.save(data, tmp))
     return data
 
 

@@ -26,6 +26,7 @@ from .attention import check_backend, default_backend
 from .config import repo_relative
 from .drafter import (DFlashDrafter, default_target_layer_ids, load_drafter,
                       make_drafter_config)
+from .files import write_with
 from .target import mask_token_id
 from .train_data import draft_vocabulary
 
@@ -156,10 +157,8 @@ def save_checkpoint(ckpt: Path, cfg, run: dict, drafter, opt, sched, gen,
                     fingerprint: str, start: dict) -> None:
     """Everything ``resume`` reads, and how many answers the drafter had seen before this run
     (tau-curve adds them)."""
-    ckpt.mkdir(parents=True, exist_ok=True)
-    torch.save({"config": asdict(cfg), "drafter": drafter.state_dict(), "opt": opt.state_dict(),
-                "sched": sched.state_dict(), "rng": gen.get_state(), "data": fingerprint,
-                **{k: run[k] for k in ("history", "step", "order", "epoch_pos")},
-                "answers_before": start.get("init_drafter", {}).get("answers_seen", 0)},
-               ckpt / "state.tmp")
-    (ckpt / "state.tmp").replace(ckpt / "state.pt")
+    state = {"config": asdict(cfg), "drafter": drafter.state_dict(), "opt": opt.state_dict(),
+             "sched": sched.state_dict(), "rng": gen.get_state(), "data": fingerprint,
+             **{k: run[k] for k in ("history", "step", "order", "epoch_pos")},
+             "answers_before": start.get("init_drafter", {}).get("answers_seen", 0)}
+    write_with(ckpt / "state.pt", lambda tmp: torch.save(state, tmp))

@@ -42,7 +42,6 @@ batch size stays the global batch, each rank takes every K-th row, gradients are
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -59,6 +58,7 @@ from .ar_drafter import TTT_DECAY, ARDrafter
 from .config import (PAPER, TINY_ANCHORS_PER_SEQ, TINY_DRAFTER_DIR, TINY_NUM_FEATURES,
                      TINY_NUM_LAYERS, gamma_for, repo_relative)
 from .drafter import DFlashDrafter
+from .files import save_figure, write_json
 from .target import warn_emulated_bf16
 from .train_data import cached_batch, data_fingerprint, offline_features, target_pass
 from .train_start import make_drafter, resume, save_checkpoint
@@ -456,7 +456,7 @@ def train(cfg: TrainConfig, target, tokenizer, data: list[dict], progress=True,
                     sequences=len(data))
     if rank == 0:
         drafter.save_pretrained(cfg.out)
-        Path(cfg.out, "training.json").write_text(json.dumps({"info": info, "history": history}))
+        write_json(Path(cfg.out, "training.json"), {"info": info, "history": history})
         plot_history(history, Path(cfg.out, "loss.png"))
     return {"drafter": drafter, "history": history, "info": info}
 
@@ -478,4 +478,4 @@ def plot_history(history: dict, path: Path) -> None:
     b.plot(history["step"], smooth(history["tau"]), color="C2")
     b.set(xlabel="step", ylabel="tau at training anchors", title="acceptance at random anchors")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)

@@ -17,7 +17,7 @@ PKG = Path(__file__).resolve().parent.parent / "minidflash"
 
 MAX_LINES = 500
 # Each core module and the core modules it may import (directly or lazily).
-LAYERS = ["config", "mask", "hub", "verify_cost", "settings", "kernel", "attention", "target", "drafter",
+LAYERS = ["config", "files", "mask", "hub", "verify_cost", "settings", "kernel", "attention", "target", "drafter",
           "ar_drafter", "batch", "lean", "decoding", "tree", "verifier", "train_data", "train_start",
           "trainer"]
 # The folders, bottom to top: each may import the core and the folders before it, never after.

@@ -322,13 +322,13 @@ def test_a_target_type_is_made_once_and_never_left_half_written(tmp_path, monkey
     made = []
 
     def fake_convert(model_dir, out, converter=None, target_dir=None, pre=None, outtype="f32"):
-        assert Path(out).suffix == ".part"
+        assert Path(out).suffix == ".tmp"
         Path(out).write_text(outtype)
         made.append(("convert", outtype))
         return {"command": f"convert --outtype {outtype}"}
 
     def fake_run(cmd):
-        assert cmd[0] == Path(bins.QUANTIZE) and cmd[-1] == "Q4_0" and Path(cmd[2]).suffix == ".part"
+        assert cmd[0] == Path(bins.QUANTIZE) and cmd[-1] == "Q4_0" and Path(cmd[2]).suffix == ".tmp"
         Path(cmd[2]).write_text("q4_0 of " + Path(cmd[1]).read_text())
         made.append(("quantize", Path(cmd[1]).name))
 
@@ -339,7 +339,7 @@ def test_a_target_type_is_made_once_and_never_left_half_written(tmp_path, monkey
     q4, how = engine.typed_target(target_dir, tmp_path, "Q4_0", Path("conv.py"))
     assert q4 == tmp_path / "SmolLM2.Q4_0.gguf" and q4.read_text() == "q4_0 of f32"
     assert made == [("convert", "f32"), ("quantize", "SmolLM2.f32.gguf")]
-    assert "llama-quantize" in how["command"] and not list(tmp_path.glob("*.part"))
+    assert "llama-quantize" in how["command"] and not list(tmp_path.glob("*.tmp"))
     again, how = engine.typed_target(target_dir, tmp_path, "Q4_0", Path("conv.py"))
     assert again == q4 and len(made) == 2 and "kept" in how["command"]
     bf16, _ = engine.typed_target(target_dir, tmp_path, "bf16", Path("conv.py"))

@@ -36,6 +36,7 @@ import tempfile
 from pathlib import Path
 
 from ..config import PROMPTS_DIR, repo_relative
+from ..files import save_figure, write_json, write_text   # save_figure: for the tools too
 
 # --------------------------------------------------------------------------------------------
 # Prompt files and suites
@@ -46,13 +47,8 @@ SPLITS = ("test", "dev", "all")
 
 
 def write_jsonl(rows: list[dict], path: str | Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
-    tmp.replace(path)  # never leave a half-written file behind
+    """One JSON row a line, atomically (a failed write leaves the old file)."""
+    write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
@@ -224,22 +220,28 @@ def write(results: dict, json_path: str | None, plot_fn, *, dtype: str, drafters
     """The figures as JSON at json_path (if given) and their plot (``plot_fn``, may be None) as a
     PNG beside it. Every file carries its provenance (``render.provenance`` prints it): the
     machine, ``dtype``, ``drafter_sha256`` of ``drafters`` (folders; empty where none was used),
-    ``load`` (``--load``) and the load average when the command began."""
+    ``load`` (``--load``) and the load average when the command began. Each file is written
+    atomically (``files.py``; other files in the folder are left alone), the JSON first: a plot
+    that fails raises and loses no measurement."""
     from ..target import describe_machine
 
     if not json_path:
         return
     path = Path(json_path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     results.setdefault("machine", describe_machine())     # timings hold on this machine
     results.update(dtype=str(dtype).removeprefix("torch."), drafter_sha256=drafter_hashes(drafters),
                    load=load, load_average_at_start=LOAD_AVERAGE_AT_START)
     if load == "alone" and (LOAD_AVERAGE_AT_START or 0) > BUSY:
         print(f"note: --load alone, but the 1-minute load average was {LOAD_AVERAGE_AT_START} when "
               f"this command began: if another process ran, say --load shared", file=sys.stderr)
-    path.write_text(json.dumps(results, indent=1) + "\n")
+    write_json(path, results, indent=1)
     if plot_fn is not None:
-        plot_fn(results, path.with_suffix(".png"))
+        try:
+            plot_fn(results, path.with_suffix(".png"))
+        except Exception as e:
+            e.add_note(f"The results are written to {path}; their plot was not (a "
+                       f"{path.with_suffix('.png').name} beside it is an earlier run's).")
+            raise
 
 
 def add_load(p: argparse.ArgumentParser) -> None:

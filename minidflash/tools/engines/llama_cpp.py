@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ...files import atomic_path
 from .llama_cpp_binaries import QUANTIZE, convert, find_binary, run, with_draft_vocab
 
 TARGET_TYPES = ("packaged", "f32", "bf16", "q8_0", "Q4_0")
@@ -49,15 +50,15 @@ def typed_target(target_dir, out_dir: Path, kind: str, converter: Path, pre=None
     out = out_dir / f"{Path(target_dir).name}.{kind}.gguf"
     if out.is_file():
         return out, {"command": f"(kept from an earlier run: {out.name})"}
-    part = out.with_suffix(".part")
     if kind == "Q4_0":                                 # llama.cpp quantizes its own f32 copy
         f32, made = typed_target(target_dir, out_dir, "f32", converter, pre)
-        cmd = [find_binary(QUANTIZE), f32, part, "Q4_0"]
-        run(cmd)
+        with atomic_path(out) as part:
+            cmd = [find_binary(QUANTIZE), f32, part, "Q4_0"]
+            run(cmd)
         made = {"command": f"{made['command']} && {shown(cmd)}"}
     else:
-        made = convert(target_dir, part, converter, pre=pre, outtype=kind)
-    part.replace(out)
+        with atomic_path(out) as part:
+            made = convert(target_dir, part, converter, pre=pre, outtype=kind)
     return out, made
 
 

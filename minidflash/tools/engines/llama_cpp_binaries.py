@@ -23,6 +23,8 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
+from ...files import atomic_path
+
 ENV = "LLAMA_CPP_DIR"
 CONVERTER = "convert_hf_to_gguf.py"
 PLAIN, SPECULATIVE, BENCH, SERVER = ("llama-completion", "llama-speculative-simple",
@@ -310,28 +312,28 @@ def with_draft_vocab(drafter_gguf: Path, out: Path, token_ids, head_rows,
     ids = np.asarray(token_ids, dtype=np.int64)
     if rows.ndim != 2 or rows.shape[0] != ids.size:
         raise ValueError(f"head rows {rows.shape} do not match {ids.size} draft token ids")
-    partial = out.with_name(out.name + ".partial")
-    writer = gguf.GGUFWriter(partial, reader.fields["general.architecture"].contents())
-    for field in reader.fields.values():
-        if field.name == "general.architecture" or field.name.startswith("GGUF."):
-            continue                                   # written by GGUFWriter itself
-        vtype = field.types[0]
-        writer.add_key_value(field.name, field.contents(), vtype,
-                             sub_type=field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None)
-    tensors = [(t.name, t.data, t.tensor_type) for t in reader.tensors]
-    head = {"f32": gguf.GGMLQuantizationType.F32, "q8_0": gguf.GGMLQuantizationType.Q8_0}[outtype]
-    if head != gguf.GGMLQuantizationType.F32:
-        rows = gguf.quants.quantize(rows, head)        # (K, bytes of a quantised row)
-    tensors += [("output.weight", rows, head), ("d2t", ids, gguf.GGMLQuantizationType.I64)]
-    for name, data, kind in tensors:
-        writer.add_tensor_info(name, data.shape, data.dtype, data.nbytes, kind)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    for _, data, _ in tensors:
-        writer.write_tensor_data(data)
-    writer.close()
-    os.replace(partial, out)
+    with atomic_path(out) as partial:          # a failed write leaves no half file
+        writer = gguf.GGUFWriter(partial, reader.fields["general.architecture"].contents())
+        for field in reader.fields.values():
+            if field.name == "general.architecture" or field.name.startswith("GGUF."):
+                continue                                   # written by GGUFWriter itself
+            vtype = field.types[0]
+            sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+            writer.add_key_value(field.name, field.contents(), vtype, sub_type=sub)
+        tensors = [(t.name, t.data, t.tensor_type) for t in reader.tensors]
+        head = {"f32": gguf.GGMLQuantizationType.F32,
+                "q8_0": gguf.GGMLQuantizationType.Q8_0}[outtype]
+        if head != gguf.GGMLQuantizationType.F32:
+            rows = gguf.quants.quantize(rows, head)        # (K, bytes of a quantised row)
+        tensors += [("output.weight", rows, head), ("d2t", ids, gguf.GGMLQuantizationType.I64)]
+        for name, data, kind in tensors:
+            writer.add_tensor_info(name, data.shape, data.dtype, data.nbytes, kind)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        for _, data, _ in tensors:
+            writer.write_tensor_data(data)
+        writer.close()
     return {"tensors": len(tensors), "draft_vocab": int(ids.size),
             "mb": round(out.stat().st_size / 2**20, 1)}
 

@@ -45,6 +45,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
+from ...files import write_json, write_with
 from ..common import add_dtype, add_threads, resolved_dtype
 from ..engines.llama_cpp_binaries import llama_server, server_answer
 
@@ -71,9 +72,7 @@ def save_shard(path: Path, rows: list[dict], key: str) -> None:
     tensors = {"ids": ids,
                "lengths": torch.tensor([len(r["ids"]) for r in rows], dtype=torch.int32),
                "response_start": torch.tensor([r["response_start"] for r in rows], dtype=torch.int32)}
-    part = path.with_suffix(".part")
-    save_file(tensors, str(part), metadata={"prompts_key": key})
-    part.replace(path)
+    write_with(path, lambda tmp: save_file(tensors, str(tmp), metadata={"prompts_key": key}))
 
 
 def load_shard(path: Path) -> list[dict]:
@@ -392,9 +391,7 @@ def make_shards(args, decoder, tokenizer, prompts: list[dict], todo: list[int], 
             if path.is_file():
                 manifest["shards"] = json.loads(path.read_text())["shards"]
             manifest["shards"][str(s)] = entry
-            part = out / (MANIFEST + ".part")
-            part.write_text(json.dumps(manifest, indent=1) + "\n")
-            part.replace(path)
+            write_json(path, manifest, indent=1)
         bar.set_postfix(answer_tokens_per_s=round(tokens / seconds))
         bar.write(f"shard {s}: {len(rows)} answers, {tokens} tokens, {seconds:.0f} s, "
                   f"{tokens / seconds:.0f} answer tokens/s")
@@ -492,7 +489,7 @@ def main(argv=None) -> dict:
         result["check"] = agreement(target, load_answers(out, len(manifest["shards"]))[:args.check])
     print(json.dumps(result, indent=1))
     if args.results:
-        Path(args.results).write_text(json.dumps({"command": command, **result}, indent=1) + "\n")
+        write_json(args.results, {"command": command, **result}, indent=1)
     return result
 
 

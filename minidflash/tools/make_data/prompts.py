@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from ...files import write_json
 from ..common import add_threads, count, write_jsonl
 from .overlap import SuiteOverlap
 
@@ -80,9 +81,7 @@ def main(argv=None) -> dict:
     write_jsonl(rows, out)
     meta = {"command": command, "kind": args.kind, "prompts": len(rows), **counts,
             "seconds": round(time.perf_counter() - t0, 1)}
-    part = out.with_suffix(".json.part")
-    part.write_text(json.dumps(meta, indent=1) + "\n")
-    part.replace(out.with_suffix(".json"))
+    write_json(out.with_suffix(".json"), meta, indent=1)
     print(json.dumps(meta, indent=1))
     return meta
 

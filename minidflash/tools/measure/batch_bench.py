@@ -26,6 +26,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ...batch import left_pad
+from ...files import save_figure
 from ...target import chat_ids, stop_ids
 from ...verifier import speculative_generate, speculative_generate_batch
 from ..common import suite_prompts
@@ -169,4 +170,4 @@ def plot(results: dict, path: Path) -> None:
             + f"\nover {paper['concurrency']}", transform=ax.transAxes, fontsize=7, va="bottom")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)

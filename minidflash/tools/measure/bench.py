@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 from ...decoding import cache_kwargs, crop_cache
 from ...config import TINY_DRAFTER_DIR, TINY_TARGET_DIR, repo_relative
 from ...drafter import load_drafter
+from ...files import save_figure
 from ...target import chat_ids, load_target, stop_ids
 from ...settings import DecodingConfig, add_flags, flag_fields
 from ...verifier import speculative_generate
@@ -124,7 +125,7 @@ def plot(results: dict, path: Path) -> None:
     for ax in axes[:2]:
         ax.tick_params(axis="x", rotation=30)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
 
 
 @torch.no_grad()
@@ -190,7 +191,7 @@ def plot_step_times(results: dict, path: Path) -> None:
                                        f"({results['target']}, {results['drafter_layers']}-layer drafter)")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
 
 
 def main(argv=None) -> dict:

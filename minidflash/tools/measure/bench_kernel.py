@@ -28,7 +28,6 @@ through Triton's interpreter instead, to check the script itself (its timings me
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -38,6 +37,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+from ...files import save_figure, write_json
 
 TRAIN = dict(N=1, S=3072, n=512, B=16, Hq=32, Hkv=8, D=128)
 INFER = dict(N=1, S=4096, n=1, B=16, Hq=32, Hkv=8, D=128)
@@ -286,7 +287,7 @@ def plot(rows, path):
         ax.set_title(f"{case}: {pass_}", fontsize=10)
         ax.set_ylabel("ms (lower is better)")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 
@@ -336,8 +337,7 @@ def main(argv=None) -> int:
     result["smoke"] = bool(args.cpu_smoke)
     out = Path(args.out or ("/tmp/kernel_bench_smoke.json" if args.cpu_smoke
                             else "data/results/kernel_bench.json"))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
+    write_json(out, result, indent=2)
     plot(result["rows"], out.with_suffix(".png"))
     print(f"wrote {out} (and its plot, {out.with_suffix('.png').name})")
     failed = [f"{c['case']} {c['tensor']}" for c in result["checks"] if not c["ok"]]

@@ -36,6 +36,7 @@ from transformers import DynamicCache
 from ...config import TINY_DRAFTER_DIR
 from ...decoding import crop_cache, lean_of, target_pass
 from ...drafter import load_drafter
+from ...files import save_figure, write_json
 from ...settings import DecodingConfig, check_tree
 from ...target import chat_ids, load_target, stop_ids
 from ...verifier import speculative_generate
@@ -139,9 +140,7 @@ def write_cost(drafter_dir, costs: dict[int, VerifyCost], tree: dict | None = No
     decoding["cost"] = costs_to_dict({**kept, **{(dtype, t): c for t, c in costs.items()}})
     if tree:
         decoding["tree"] = check_tree(tree)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(decoding) + "\n")
-    tmp.replace(path)
+    write_json(path, decoding)
     return decoding
 
 
@@ -199,7 +198,7 @@ def plot_curve(results: dict, path: Path) -> None:
            title=f"verify cost, {results['target'].split('/')[-1]}, context {results['context']}")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
 
 
 def plot_calibration(results: dict, path: Path) -> None:
@@ -224,7 +223,7 @@ def plot_calibration(results: dict, path: Path) -> None:
             title="acceptance of a whole prefix: observed vs predicted")
     ax2.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
 
 
 def main(argv=None) -> dict:

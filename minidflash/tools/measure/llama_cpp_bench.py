@@ -42,6 +42,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...files import save_figure
 from .. import common
 from ..common import add_load, add_threads, check_suites, count, write
 from ..engines.llama_cpp import TARGET_TYPES, gguf_files, shown
@@ -421,7 +422,7 @@ def plot(result: dict, path: Path) -> None:
         ax[2].set(title="a target pass over k tokens", xlabel="tokens k", ylabel="decode steps")
         ax[2].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
 
 
 if __name__ == "__main__":

@@ -64,7 +64,7 @@ from ...drafter import DFlashDrafter, load_drafter, make_drafter_config
 from ...settings import TEXT_FIELDS, DecodingConfig
 from ...target import chat_ids, stop_ids
 from ...verifier import speculative_generate
-from ..common import LOOPING, correct, repeated_4gram_share
+from ..common import LOOPING, correct, repeated_4gram_share, save_figure
 from . import llamacpp_plain
 
 
@@ -441,7 +441,7 @@ def plot_methods(results: dict, path: Path) -> None:
         ax.legend(loc="upper right", fontsize=8)
     axes[0].axhline(1.0, color="k", lw=0.8, ls="--")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
 
 
 def plot_draft_cost(cost: dict, path: Path) -> None:
@@ -455,7 +455,7 @@ def plot_draft_cost(cost: dict, path: Path) -> None:
            title=f"draft cost, context {cost['context']}, {cost['threads']} thread(s)")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
 
 
 def families(methods: dict) -> dict[str, list[tuple[str, dict]]]:
@@ -497,4 +497,4 @@ def plot_depth(results: dict, path: Path) -> None:
         axes[1, col].set(xlabel="draft ms per step", ylabel="tau (tokens per target pass)")
         axes[0, col].legend(fontsize=8, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)

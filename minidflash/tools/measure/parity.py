@@ -39,6 +39,7 @@ from transformers import DynamicCache, Qwen3Config, Qwen3ForCausalLM
 
 from ...config import RESULTS_DIR
 from ...drafter import DFlashDrafter, load_drafter, make_drafter_config, target_features
+from ...files import write_json
 from ...verifier import speculative_generate
 
 TOLERANCE = 1e-5
@@ -239,8 +240,7 @@ def main(argv=None) -> int:
         "one_block_no_cache": {"hidden": dh_a, "logits": dl_a},
         "through_cache": {"hidden": dh_b, "logits": dl_b},
         "decodes": decodes}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_json(args.out, result, indent=1)
     print(f"written: {args.out}")
     return 0 if ok else 1
 

@@ -33,6 +33,7 @@ from torch.profiler import ProfilerActivity, profile
 from transformers import DynamicCache
 
 from ...decoding import crop_cache, target_pass
+from ...files import save_figure
 from ...target import load_target
 from ..common import add_dtype, add_load, add_threads, write
 
@@ -134,7 +135,7 @@ def figure(results: dict):
 
 
 def plot(results: dict, path) -> None:
-    figure(results).savefig(path, dpi=100)
+    save_figure(figure(results), path, dpi=100)
 
 
 def main(argv=None) -> dict:

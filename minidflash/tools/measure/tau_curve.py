@@ -26,6 +26,7 @@ import torch
 
 from ...config import PROMPTS_DIR
 from ...drafter import load_drafter
+from ...files import save_figure
 from ...settings import DecodingConfig
 from ...target import chat_ids, load_target, stop_ids
 from ...trainer import smooth
@@ -65,7 +66,7 @@ def plot(result: dict, path: Path) -> None:
            title="acceptance against training steps")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
 
 
 def extendable(a) -> dict:

@@ -26,6 +26,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ...config import PAPER, PROMPTS_DIR, TINY_TARGET_DIR
+from ...files import save_into
 from ...target import CHAT_TEMPLATE, chat_ids, load_target, stop_ids
 from ...verifier import speculative_generate
 from ..make_data import corpus
@@ -143,21 +144,19 @@ def train_target(out_dir: str | os.PathLike = TINY_TARGET_DIR, steps: int = 1800
             history["val_loss"].append(val_loss())
             bar.set_postfix(loss=f"{loss.item():.3f}", val=f"{history['val_loss'][-1]:.3f}")
 
-    out_dir = Path(out_dir)
-    tmp = out_dir.with_name(out_dir.name + ".tmp")
     model.eval()
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
     info = {"steps": steps, "batch_size": batch_size, "seq_len": seq_len, "lr": lr,
             "train_tokens": int(data.numel()), "val_tokens": int(val.numel()),
             "params": sum(p.numel() for p in model.parameters()),
             "final_val_loss": history["val_loss"][-1], "wall_s": round(time.time() - t0, 1),
             "torch_threads": torch.get_num_threads()}
-    (tmp / "training.json").write_text(json.dumps({"info": info, "history": history}))
-    if out_dir.exists():
-        import shutil
-        shutil.rmtree(out_dir)
-    tmp.replace(out_dir)
+
+    def save(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "training.json").write_text(json.dumps({"info": info, "history": history}))
+
+    save_into(out_dir, save)     # file by file, config.json last; other files in out_dir stay
     for domain, rows in held.items():
         write_jsonl([corpus.as_prompt(e) for e in rows], PROMPTS_DIR / f"{domain}.jsonl")
     return info
