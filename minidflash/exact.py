@@ -35,31 +35,71 @@ KEY_BLOCK = 64            # C: keys a block; the blocks start at key 0, C, 2C, .
 
 def invariant_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask, scaling: float,
                         block: int = KEY_BLOCK) -> torch.Tensor:
-    """softmax(q k^T * scaling + mask) v, reduced over keys in fixed blocks in index order.
+    """softmax(q k^T * scaling + mask) v, reduced over each row's keys in fixed blocks, in order.
 
     q (N, H, T, D); k, v (N, H/G, L, D); mask: transformers' (N, 1, T, L) bool (True: may see) or
     additive float, or None (causal: row t sees keys up to L - T + t). Scores, softmax and sums in
     fp32; the output (N, T, H, D) in q's dtype, as transformers' attention functions return it.
+
+    A row's keys, the columns it sees in column order, are numbered 0, 1, ... (its *dense*
+    positions; the last is the row's own key). Block b holds dense positions bC .. bC + C - 1, and
+    the row's sums are its blocks' partial sums added in order. A chain's rows see a prefix of the
+    columns, so dense position = column. A tree's node sees the cache, then its ancestors and
+    itself scattered over the pass's columns: those are its last keys, within its last two
+    blocks, which are gathered row by row; the blocks before them are columns, as in a chain.
+    Every row reduces its last two blocks alone (a (1, C) x (C, D) product) and the blocks before
+    them with all rows ((G*T, C) x (C, D)), so a row's bits follow its keys, not the pass.
     """
     N, H, T, D = q.shape
     Hk, L = k.shape[1], k.shape[2]
     G, C = H // Hk, block
-    nb = -(-L // C)                                                      # key blocks
+    nb = -(-L // C) + 1                                                  # key blocks, one spare
     if mask is None:
         mask = torch.ones(T, L, dtype=torch.bool, device=q.device).tril(L - T)[None, None]
     elif mask.dtype != torch.bool:
         mask = mask == 0
-    see = F.pad(mask.expand(N, 1, T, L), (0, nb * C - L))                # padding keys: unseen
-    see = rearrange(see, "N one T (b c) -> N one b T c", c=C).repeat(1, 1, 1, G, 1)
+    see = F.pad(mask[:, 0].expand(N, T, L), (0, nb * C - L))            # (N, T, nb*C)
+    own = see.sum(-1) - 1                                                # (N, T) dense position of the row's key
+    last = own // C                                                      # (N, T) its block
+    # scores and exponentials of every (row, column), in blocks of columns: one shape per block
     qf = q.float().reshape(N, Hk, G * T, D)                              # heads of a key head as rows
     kb = rearrange(F.pad(k.float(), (0, 0, 0, nb * C - L)), "N h (b c) D -> N h b c D", c=C)
     vb = rearrange(F.pad(v.float(), (0, 0, 0, nb * C - L)), "N h (b c) D -> N h b c D", c=C)
     s = (qf[:, :, None] @ kb.transpose(-1, -2)) * scaling                # (N, Hk, nb, G*T, C)
-    s = s.masked_fill(~see, float("-inf"))
-    m = s.amax(dim=(2, 4), keepdim=True)                                 # a max: exact in any order
-    p = torch.exp(s - m)                                                 # unseen keys: exactly 0
-    l = p.sum(-1).cumsum(2)[:, :, -1]                                    # (N, Hk, G*T) blocks in order
-    o = (p @ vb).cumsum(2)[:, :, -1]                                     # (N, Hk, G*T, D)
+    rows_see = rearrange(see, "N T (b c) -> N 1 b 1 T c", c=C)
+    s = s.view(N, Hk, nb, G, T, C).masked_fill(~rows_see, float("-inf"))
+    p = torch.exp(s - s.amax(dim=(2, 5), keepdim=True)).view(N, Hk, nb, G * T, C)   # unseen: 0
+    # the blocks before a row's last two, as columns, all rows at once
+    l_blocks = rearrange(p.sum(-1), "N h b r -> N h r b")                 # (N, Hk, G*T, nb)
+    o_blocks = rearrange(p @ vb, "N h b r D -> N h r b D")               # (N, Hk, G*T, nb, D)
+    # the last two blocks of each row, gathered by dense position, each row alone
+    order = torch.sort((~see).to(torch.int8), dim=-1, stable=True).indices   # (N, T, nb*C) seen first
+    dense = (last[..., None] - 1) * C + torch.arange(2 * C, device=q.device)  # (N, T, 2C)
+    valid = (dense >= 0) & (dense <= own[..., None])
+    cols = order.gather(-1, dense.clamp(0, nb * C - 1))                  # (N, T, 2C)
+    p_rows = rearrange(p, "N h b (g t) c -> N h g t (b c)", g=G)
+    p_tail = p_rows.gather(-1, cols[:, None, None].expand(N, Hk, G, T, 2 * C))
+    p_tail = p_tail.masked_fill(~valid[:, None, None], 0.0)              # (N, Hk, G, T, 2C)
+    v_tail = vb.reshape(N, Hk, nb * C, D).gather(                        # (N, Hk, T, 2C, D)
+        2, cols.reshape(N, 1, T * 2 * C, 1).expand(N, Hk, T * 2 * C, D)).view(N, Hk, T, 2 * C, D)
+    p_tail = p_tail.view(N, Hk, G, T, 2, 1, C)
+    l_tail = p_tail.sum(-1)[..., 0]                                      # (N, Hk, G, T, 2)
+    o_tail = (p_tail @ v_tail.view(N, Hk, 1, T, 2, C, D))[..., 0, :]     # (N, Hk, G, T, 2, D)
+    # each row: blocks before its last two from the columns, those two its own, then in order
+    b = torch.arange(nb, device=q.device)
+    early = (b < last[..., None] - 1)                                    # (N, T, nb)
+    early = early[:, None, None].expand(N, Hk, G, T, nb).reshape(N, Hk, G * T, nb)
+    at = (last[..., None] - 1 + torch.arange(2, device=q.device)).clamp(min=0)   # (N, T, 2)
+    at = at[:, None, None].expand(N, Hk, G, T, 2).reshape(N, Hk, G * T, 2)
+    first = (last > 0)[:, None, None].expand(N, Hk, G, T).reshape(N, Hk, G * T, 1)
+    keep = torch.cat([first, torch.ones_like(first)], -1)                # block -1 does not exist
+    l_tail = l_tail.reshape(N, Hk, G * T, 2).masked_fill(~keep, 0.0)
+    o_tail = o_tail.reshape(N, Hk, G * T, 2, D).masked_fill(~keep[..., None], 0.0)
+    l_all = l_blocks.masked_fill(~early, 0.0).scatter_add(-1, at, l_tail)
+    o_all = o_blocks.masked_fill(~early[..., None], 0.0).scatter_add(
+        -2, at[..., None].expand(N, Hk, G * T, 2, D), o_tail)
+    l = l_all.cumsum(-1)[..., -1]                                        # (N, Hk, G*T) in order
+    o = o_all.cumsum(-2)[..., -1, :]                                     # (N, Hk, G*T, D)
     o = (o / l[..., None]).reshape(N, H, T, D)
     return o.transpose(1, 2).to(q.dtype)
 

@@ -111,3 +111,47 @@ def test_sdpa_in_its_place_parts_them(target, monkeypatch):
                         lambda q, k, v, mask, scaling: lean.attend(q, k, v, mask, scaling)
                         if q.dtype == torch.bfloat16 else sdpa(q, k, v, mask, scaling))
     assert rows_identical(target, lean_with(target, True)) < W
+
+
+def plain_rows(target, run, cache, tokens, start):
+    """Plain decoding's passes in exact mode: each token as row 0 of a W-row pass (padding after
+    it), the padding's keys cropped; the logits of the last."""
+    for i, t in enumerate(tokens):
+        rows = torch.cat([torch.tensor([[t]]), torch.zeros(1, W - 1, dtype=torch.long)], 1)
+        out = run(rows, cache, torch.arange(start + i, start + i + W)[None], None)
+        crop_cache(cache, start + i + 1)
+    return out[0, 0]
+
+
+@pytest.mark.parametrize("prompt_len", [13, 60, 127])
+def test_a_tree_row_is_plain_decodings_row(target, prompt_len):
+    """Every node of a 16-row tree pass (a node's keys: the cache, its ancestors, itself) is the
+    bits plain decoding gets for it, one token a pass after the same prompt; prompts put the
+    tree across a block boundary (60: 60 + 15 > 64) and not (13, 127)."""
+    from transformers import DynamicCache
+    from minidflash.tree import tree_attention_mask
+
+    def run(ids, cache, pos, mask):
+        return lean.of(target)(ids, cache, False, False, position_ids=pos, attention_mask=mask,
+                               exact=True)[0]
+
+    g = torch.Generator().manual_seed(prompt_len)
+    prompt = torch.randint(0, target.config.vocab_size, (1, prompt_len), generator=g)
+    parents = torch.tensor([-1, -1, 0, 0, 1, 2, 2, 3, 4, 6, 6, 7, 8, 9, 13])   # 15 nodes
+    depths = [0] * 15
+    for i, p in enumerate(parents.tolist()):
+        depths[i] = 0 if p < 0 else depths[p] + 1
+    tokens = torch.randint(0, target.config.vocab_size, (1, 16), generator=g)  # root + nodes
+    cache = DynamicCache()
+    run(prompt, cache, torch.arange(prompt_len)[None], None)
+    pos = prompt_len + torch.tensor([0] + [d + 1 for d in depths])[None]
+    mask = tree_attention_mask(parents, prompt_len, torch.bool)
+    tree = run(tokens, copy.deepcopy(cache), pos, mask)                  # (1, 16, V)
+    for node in range(15):
+        path, p = [], node
+        while p >= 0:
+            path.append(p)
+            p = parents[p].item()
+        seq = [tokens[0, 0].item()] + [tokens[0, 1 + q].item() for q in reversed(path)]
+        want = plain_rows(target, run, copy.deepcopy(cache), seq, prompt_len)
+        assert torch.equal(tree[0, 1 + node], want), node

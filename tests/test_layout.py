@@ -18,7 +18,7 @@ PKG = Path(__file__).resolve().parent.parent / "minidflash"
 MAX_LINES = 500
 # Each core module and the core modules it may import (directly or lazily).
 LAYERS = ["config", "files", "mask", "hub", "verify_cost", "settings", "kernel", "attention", "target", "drafter",
-          "ar_drafter", "batch", "lean", "decoding", "tree", "verifier", "train_data", "train_start",
+          "ar_drafter", "batch", "exact", "lean", "decoding", "tree", "verifier", "train_data", "train_start",
           "trainer"]
 # The folders, bottom to top: each may import the core and the folders before it, never after.
 FOLDERS = ["core", "tools/engines", "tools/common", "tools/make_data", "tools/train",
