@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -55,49 +55,12 @@ from einops import rearrange, repeat
 from tqdm.auto import tqdm
 
 from .ar_drafter import TTT_DECAY, ARDrafter
-from .config import (PAPER, TINY_ANCHORS_PER_SEQ, TINY_DRAFTER_DIR, TINY_NUM_FEATURES,
-                     TINY_NUM_LAYERS, gamma_for, repo_relative)
+from .config import TrainConfig, gamma_for, repo_relative
 from .drafter import DFlashDrafter
 from .files import save_figure, write_json
 from .target import warn_emulated_bf16
 from .train_data import cached_batch, data_fingerprint, offline_features, target_pass
 from .train_start import make_drafter, resume, save_checkpoint
-
-
-@dataclass
-class TrainConfig:
-    """The recipe's knobs; defaults are the paper's (config.PAPER) or, where a CPU needs smaller,
-    the tiny target's (config.TINY_*)."""
-    # drafter shape
-    drafter: str = "dflash"                 # "dflash" | "ar" (the EAGLE-3-style rival, ar_drafter.py)
-    ttt_steps: int = 4                      # "ar": steps unrolled in training (training-time test)
-    num_layers: int = TINY_NUM_LAYERS
-    block_size: int = PAPER.block_size
-    num_features: int = TINY_NUM_FEATURES   # L_f target layers, evenly spaced
-    target_layer_ids: list | None = None
-    use_target_features: bool = True        # False: ablation "no target features" (context zeroed)
-    features: str = "online"                # "online": target forward every step; "offline": cached
-    # recipe
-    anchors_per_seq: int = TINY_ANCHORS_PER_SEQ
-    random_anchors: bool = True             # False: ablation "uniform blocks" (fixed stride)
-    gamma: float | None = None              # None: the paper's value for block_size; 0: no decay
-    steps: int = 2000
-    batch_size: int = 8
-    lr: float = PAPER.lr
-    warmup_ratio: float = PAPER.warmup_ratio
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.0
-    grad_clip: float = PAPER.grad_clip
-    seed: int = 0
-    backend: str | None = None              # "sdpa" | "triton" | "flex"; None: per device
-    eval_every: int = 200
-    out: str = str(TINY_DRAFTER_DIR)
-    # beyond the paper
-    draft_vocab: int = 0                    # K > 0: draft over the K most frequent answer tokens
-    soft_labels: int = 0                    # k > 0: KL to the target's top-k, instead of CE
-    init_from_target: bool = False          # start the layers as copies of the target's last ones
-    init_drafter: str | None = None         # start from this saved drafter's weights
-    compute_dtype: str = "float32"          # "bfloat16": the drafter's matmuls under autocast
 
 
 # --------------------------------------------------------------------------------------------

@@ -164,7 +164,7 @@ def test_step_times_command_writes_each_thread_count(tmp_path, monkeypatch):
     the figure is drawn; several counts without --step-times are refused."""
     seen = []
 
-    def fake_step_times(target, drafter, context=512, repeats=20):
+    def fake_step_times(target, drafter, context=512, repeats=20, lean=None):
         t = torch.get_num_threads()
         seen.append(t)
         return {"prefill_ms": 50.0 * t, "decode_ms": 2.0 * t,
@@ -195,7 +195,7 @@ def test_full_vocab_ignores_the_draft_vocabulary_file(tmp_path, monkeypatch, tin
     drafter.save_pretrained(tmp_path / "d")
     seen = []
 
-    def fake_step_times(target, drafter, context=512, repeats=20):
+    def fake_step_times(target, drafter, context=512, repeats=20, lean=None):
         seen.append(drafter.draft_vocab)
         return {"prefill_ms": 50.0, "decode_ms": 2.0, **{f"verify_{B}_ms": 3.0 for B in (4, 8, 16)},
                 **{f"draft_{B}_ms": 1.0 for B in (4, 8, 16)}}
@@ -206,3 +206,19 @@ def test_full_vocab_ignores_the_draft_vocabulary_file(tmp_path, monkeypatch, tin
     half = (drafter.config.vocab_size + 1) // 2
     assert seen[0].numel() == half and seen[-1] is None
     assert subset["draft_vocab"] == half and full["draft_vocab"] is None
+
+
+def test_step_times_times_the_pass_a_decode_runs(monkeypatch, tiny):
+    """``bench --step-times`` (and llama-cpp's torch step times) time decoding.target_pass with
+    the lean setting a decode would run: through lean.py where the target supports it, else
+    (--no-lean) transformers' forward."""
+    seen = []
+    real = bench.target_pass
+    monkeypatch.setattr(bench, "target_pass",
+                        lambda *a, lean=False, **k: seen.append(lean) or real(*a, lean=lean, **k))
+    drafter = load_drafter(target=tiny[0])
+    on = bench.step_times(tiny[0], drafter, context=32, repeats=1)
+    assert on["lean"] is True and seen and all(seen)
+    seen.clear()
+    off = bench.step_times(tiny[0], drafter, context=32, repeats=1, lean=False)
+    assert off["lean"] is False and seen and not any(seen)

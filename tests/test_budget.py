@@ -73,8 +73,9 @@ def test_cost_writes_a_saved_curve_into_the_drafters_files(tmp_path):
                             (None, 2): VerifyCost((1.0, 1.4, 1.5), 0.25)}
     assert not list(tmp_path.glob("d/*.tmp"))
     budget.main(["cost", "--from", str(tmp_path / "curve.json"), "--drafter", str(tmp_path / "d"),
-                 "--trust-weight", "0.2"])
-    assert {c.trust_weight for c in load_drafter(tmp_path / "d", target=target).costs.values()} == {0.2}
+                 "--trust", "0.2"])
+    again = load_drafter(tmp_path / "d", target=target)
+    assert {c.trust_weight for c in again.costs.values()} == {0.2}
     with pytest.raises(ValueError, match="not a drafter folder"):
         budget.write_cost(tmp_path, loaded.costs)
 

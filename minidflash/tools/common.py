@@ -273,6 +273,96 @@ def count(text: str) -> int:
     return n
 
 
+def at_least(low: int, what: str = ""):
+    """An argparse type: a whole number of ``low`` or more (``what``: what it counts)."""
+    def number(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if n < low:
+            raise argparse.ArgumentTypeError(f"{n}: give {low} or more{' ' + what if what else ''}")
+        return n
+    number.__name__ = f"at_least_{low}"
+    return number
+
+
+def positive(text: str) -> float:
+    """An argparse type: a finite number above 0 (a learning rate)."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < x < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text}: give a finite number above 0")
+    return x
+
+
+def _writable(path: Path, kind: str) -> str:
+    """A path a command can write its ``kind`` to, checked before the run; else ArgumentTypeError."""
+    parent = next((q for q in [path, *path.parents] if q.exists()), Path("."))
+    if parent != path and not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{path}: {parent} is a file, so nothing can be written "
+                                         f"under it; name a {kind} in a folder")
+    if not os.access(parent if parent.is_dir() else parent.parent, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{path}: {parent} is not writable here; name a {kind} "
+                                         f"in a folder you can write")
+    return str(path)
+
+
+def out_file(text: str) -> str:
+    """An argparse type for ``--out`` / ``--results``: a file that can be written, refused before
+    the run when it is a folder, lies under a file, or cannot be written."""
+    path = Path(text).expanduser()
+    if not text or path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder: name the results file, e.g. "
+                                         f"{path / 'results.json'}")
+    return _writable(path, "file")
+
+
+def out_dir(text: str) -> str:
+    """An argparse type for an output folder: refused when it is a file, lies under a file, or
+    cannot be written."""
+    path = Path(text).expanduser()
+    if not text or path.is_file():
+        raise argparse.ArgumentTypeError(f"{text!r} is a file: name a folder")
+    return _writable(path, "folder")
+
+
+def or_error(error, flag: str, load, *args, **kwargs):
+    """``load(*args, **kwargs)`` (a model, a file); its ValueError or OSError as one line through
+    ``error`` (an ArgumentParser's), naming ``flag`` (e.g. "--drafter data/x")."""
+    try:
+        return load(*args, **kwargs)
+    except (ValueError, OSError) as e:
+        error(f"{flag}: {e}")
+
+
+def flags_in(message: str, given: dict) -> str:
+    """The flags of ``given`` (fields the command line set) that an error ``message`` names, as
+    "--block-size 99"; else what sets the rest: the drafter's decoding.json."""
+    named = [f"--{k.replace('_', '-')} {'' if isinstance(v, bool) else v}".strip()
+             for k, v in given.items() if k in message]
+    return ", ".join(named) or "the drafter's decoding.json"
+
+
+def check_decoding(error, target, drafter, given: dict, prompts, **call):
+    """The config a command decodes with: the drafter's decoding.json, the command line's fields
+    (``given``) and the command's own (``call``) over it, checked by ``decoding.prepare`` on the
+    longest of ``prompts`` (1, S) before any long work. What it refuses (a block size over the
+    drafter's, a length past the target's positions, --cost without a curve) is one line through
+    ``error``, naming the flags of ``given`` that the message names."""
+    from ..decoding import prepare
+    from ..settings import DecodingConfig
+
+    try:
+        config = DecodingConfig.of(drafter).override(**given, **call)
+        prepare(target, drafter, max(prompts, key=lambda ids: ids.shape[1]), config)
+    except ValueError as e:
+        error(f"{flags_in(str(e), given)}: {e}")
+    return config
+
+
 def add_threads(p: argparse.ArgumentParser, default=1, what: str = "torch threads",
                 more: str = "") -> None:
     """``--threads N`` (or ``N M ...`` where the command sweeps: a list default), each >= 1;

@@ -46,7 +46,8 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from ...files import write_json, write_with
-from ..common import add_dtype, add_threads, resolved_dtype
+from ...settings import add_flags
+from ..common import add_dtype, add_threads, at_least, count, out_dir, out_file, resolved_dtype
 from ..engines.llama_cpp_binaries import llama_server, server_answer
 
 MANIFEST = "answers.json"
@@ -223,41 +224,40 @@ def shard_range(text: str) -> set[int]:
 def arguments(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m minidflash answers", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--target", default="HuggingFaceTB/SmolLM2-135M-Instruct")
-    p.add_argument("--out", required=True, help="the folder of shards (e.g. data/smollm2_answers)")
+    p.add_argument("--target", default="HuggingFaceTB/SmolLM2-135M-Instruct",
+                   help="hub id or folder (default HuggingFaceTB/SmolLM2-135M-Instruct)")
+    p.add_argument("--out", type=out_dir, required=True,
+                   help="the folder of shards (e.g. data/smollm2_answers)")
     p.add_argument("--prompts", nargs="+", default=None, metavar="FILE",
                    help="answer the prompts of these JSON-lines files (``prompts`` makes them) "
                         "instead of the builder's kinds (whose counts then default to 0)")
-    p.add_argument("--n-math", type=int, default=None, help="default 3000 (0 with --prompts)")
-    p.add_argument("--n-code", type=int, default=None, help="default 1500 (0 with --prompts)")
-    p.add_argument("--n-prose", type=int, default=None, help="default 1500 (0 with --prompts)")
-    p.add_argument("--n-story", type=int, default=0,
+    for kind, n in (("math", 3000), ("code", 1500), ("prose", 1500)):
+        p.add_argument(f"--n-{kind}", type=at_least(0), help=f"default {n} (0 with --prompts)")
+    p.add_argument("--n-story", type=at_least(0), default=0,
                    help="multi-step story problems (word_problems.STORIES), e.g. a second folder "
                         "made with --n-math 0 --n-code 0 --n-prose 0 --n-story 3000")
-    p.add_argument("--n-task", type=int, default=0,
+    p.add_argument("--n-task", type=at_least(0), default=0,
                    help="small function tasks in HumanEval's shape (function_tasks.TASKS), e.g. a "
                         "folder made with --n-math 0 --n-code 0 --n-prose 0 --n-task 3000")
-    p.add_argument("--n-chain", type=int, default=0,
+    p.add_argument("--n-chain", type=at_least(0), default=0,
                    help="chained word problems closer to GSM8K's (word_problems.CHAINS), e.g. a "
                         "folder made with --n-math 0 --n-code 0 --n-prose 0 --n-chain 3000")
-    p.add_argument("--n-symbolic", type=int, default=0,
+    p.add_argument("--n-symbolic", type=at_least(0), default=0,
                    help="GSM-Symbolic problems, GSM8K's wording with names and numbers redrawn "
                         "(chat_prompts.symbolic_prompts; reads reasoning-gym's sdist)")
-    p.add_argument("--n-wide", type=int, default=0,
+    p.add_argument("--n-wide", type=at_least(0), default=0,
                    help="the story and chain templates with their things and names drawn from "
                         "long lists (chat_prompts.wide_prompts)")
-    p.add_argument("--prose-source", choices=["texts", "docstrings"], default="texts")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--shards", type=int, default=24, help="interleaved shards of the prompts")
-    p.add_argument("--make-shards", type=int, default=None,
+    p.add_argument("--prose-source", choices=["texts", "docstrings"], default="texts",
+                   help="prose passages: Shakespeare + KJV sdists, or stdlib docstrings")
+    p.add_argument("--seed", type=int, default=0, help="the prompts' draw (default 0)")
+    p.add_argument("--shards", type=count, default=24, help="interleaved shards (default 24)")
+    p.add_argument("--make-shards", type=at_least(0), default=None,
                    help="make only the first K shards now (the rest: a later run; 0: none, "
                         "only --coverage or --check on what is there)")
     p.add_argument("--only-shards", type=shard_range, default=None, metavar="A-B",
                    help="make only these shards (e.g. 6-11): two processes, each with its own "
                         "range, fill one folder together (answers.json is updated under a lock)")
-    p.add_argument("--max-new-tokens", type=int, default=256)
-    p.add_argument("--temperature", type=float, default=0.0,
-                   help="torch: 0 answers greedily; above, samples (seeded per shard from --seed)")
     p.add_argument("--engine", choices=["torch", "llama-cpp", "torch-features"],
                    default="torch", help="torch: our batched decode, finished rows leaving; "
                    "llama-cpp: llama-server's parallel slots; torch-features: transformers' "
@@ -266,13 +266,13 @@ def arguments(argv=None) -> argparse.Namespace:
     add_dtype(p, default="bfloat16",
               what="torch: the weights the answers are decoded with (bf16 matmuls run on a CPU's "
                    "AMX/AVX-512 bf16 units; features and --check stay fp32)")
-    p.add_argument("--parallel", type=int, default=8, help="llama-server slots decoding together")
+    p.add_argument("--parallel", type=count, default=8, help="llama-server's slots (default 8)")
     add_threads(p, what="torch threads, and llama-server's with --engine llama-cpp")
-    p.add_argument("--regen-batch", type=int, default=64, help="torch: prompts decoded together")
+    p.add_argument("--regen-batch", type=count, default=64, help="torch: a batch (default 64)")
     p.add_argument("--target-gguf", default=None,
                    help="llama-cpp: the target's GGUF (default: the offline source's)")
     p.add_argument("--no-repack", action="store_true", help="llama-cpp: llama.cpp's -nr")
-    p.add_argument("--check", type=int, default=0,
+    p.add_argument("--check", type=at_least(0), default=0,
                    help="after making, feed the first N answers to the fp32 torch target and "
                         "report how often it picks the same next token")
     p.add_argument("--layer-ids", type=lambda x: [int(i) for i in x.split(",")], default=None,
@@ -287,7 +287,10 @@ def arguments(argv=None) -> argparse.Namespace:
                    help="report the share of answer tokens the K most frequent cover (a draft "
                         "vocabulary; default K 4096 8192 16384), counted on all shards but the "
                         "last and measured on them and on the last")
-    p.add_argument("--results", default=None, help="write the result here too, as JSON")
+    p.add_argument("--results", type=out_file, help="write the result here too, as JSON")
+    add_flags(p, only=("max_new_tokens", "temperature"), why="the target answers alone (plain "
+              "decoding); --temperature samples with --engine torch, seeded per shard from --seed",
+              defaults={"max_new_tokens": 256, "temperature": 0.0})
     args = p.parse_args(argv)
     for kind, default in (("n_math", 3000), ("n_code", 1500), ("n_prose", 1500)):
         if getattr(args, kind) is None:

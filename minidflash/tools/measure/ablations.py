@@ -27,7 +27,7 @@ import torch
 from ...config import CACHE_DIR, PROMPTS_DIR
 from ...target import load_target
 from ...trainer import TrainConfig, train
-from ..common import add_load, add_threads, count, read_jsonl, write
+from ..common import add_load, add_threads, count, out_file, positive, read_jsonl, write
 from .bench import run_suite, warm_up
 from ..train.train_drafter import tiny_training_data
 
@@ -48,12 +48,13 @@ VARIANTS = {
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m minidflash ablations", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=400)
-    p.add_argument("--batch-size", type=int, default=4)
-    p.add_argument("--lr", type=float, default=1.5e-3)
+    p.add_argument("--steps", type=count, default=400, help="training steps a variant (default 400)")
+    p.add_argument("--batch-size", type=count, default=4, help="sequences a step (default 4)")
+    p.add_argument("--lr", type=positive, default=1.5e-3, help="peak learning rate (default 1.5e-3)")
     p.add_argument("--n", type=count, default=12, help="held-out arithmetic prompts to decode (default 12)")
     p.add_argument("--only", nargs="*", default=None, help="substrings of variant names to run")
-    p.add_argument("--out", default="data/results/ablations.json")
+    p.add_argument("--out", type=out_file, default="data/results/ablations.json",
+                   help="write the figures here as JSON (default data/results/ablations.json)")
     add_threads(p, what="torch threads for training and timing",
                 more=": on a shared machine more threads than free cores stall at random and "
                      "distort the speedups")

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ...decoding import cache_kwargs, crop_cache
+from ...decoding import crop_cache, lean_of, target_pass
 from ...config import TINY_DRAFTER_DIR, TINY_TARGET_DIR, repo_relative
 from ...drafter import load_drafter
 from ...files import save_figure
@@ -37,7 +37,8 @@ from ...target import chat_ids, load_target, stop_ids
 from ...settings import DecodingConfig, add_flags, flag_fields
 from ...verifier import speculative_generate
 from .. import common
-from ..common import (add_dtype, add_load, add_threads, check_suites, correct, count, median_ms,
+from ..common import (add_dtype, add_load, add_threads, at_least, check_decoding, check_suites,
+                      correct, count, median_ms, or_error, out_file,
                       repeated_4gram_share, take_turns, write)
 from ..make_data.overlap import split_label
 
@@ -129,24 +130,28 @@ def plot(results: dict, path: Path) -> None:
 
 
 @torch.no_grad()
-def step_times(target, drafter, context: int = 512, repeats: int = 20) -> dict:
+def step_times(target, drafter, context: int = 512, repeats: int = 20,
+               lean: bool | None = None) -> dict:
     """Median milliseconds of the pieces of a step: a prefill of `context` tokens, a plain
-    decode step, a verify pass over B tokens, and one drafter call for a block of B."""
+    decode step, a verify pass over B tokens, and one drafter call for a block of B. The target's
+    passes are the ones a decode runs (``decoding.target_pass``; lean: through lean.py, None
+    where the target supports it, as a decode's default)."""
     from transformers import DynamicCache
 
     median = lambda fn: median_ms(fn, repeats, ids.device)
+    lean = lean_of(target, DecodingConfig(lean=lean))
     ids = torch.randint(0, 200, (1, context))
     cache = DynamicCache()
-    out = {"prefill_ms": median(lambda: target(input_ids=ids))}
-    target(input_ids=ids, **cache_kwargs(target, cache))
+    out = {"prefill_ms": median(lambda: target_pass(target, ids, DynamicCache(), True, False,
+                                                    lean=lean))}
+    target_pass(target, ids, cache, False, False, lean=lean)
     hidden = torch.randn(1, context, len(drafter.target_layer_ids) * target.config.hidden_size)
     for B in (1, 4, 8, 16):
         block = ids[:, :B]
         pos = torch.arange(context, context + B)[None]
 
         def verify():
-            target(input_ids=block, position_ids=pos, **cache_kwargs(target, cache),
-                   output_hidden_states=True)
+            target_pass(target, block, cache, True, False, lean=lean, position_ids=pos)
             crop_cache(cache, context)
         out[f"verify_{B}_ms"] = median(verify)
         if B > 1:
@@ -155,18 +160,18 @@ def step_times(target, drafter, context: int = 512, repeats: int = 20) -> dict:
             out[f"draft_{B}_ms"] = median(
                 lambda: drafter.draft(target, ids[:, -1], hidden[:, :0], context, dcache, B))
     out["decode_ms"] = out.pop("verify_1_ms")
-    return out
+    return {**out, "lean": lean}
 
 
 def step_times_by_threads(target, drafter, threads, context: int = 512, repeats: int = 20,
-                          rounds: int = 3) -> dict:
+                          rounds: int = 3, lean: bool | None = None) -> dict:
     """``step_times`` at each torch thread count, the counts taking turns for ``rounds`` rounds
     (so all see the same machine state); per count the median over rounds of each piece, and
     what a DFlash step costs in plain decode steps (B = 16: one draft + one 16-token verify)."""
-    runs = take_turns(lambda: step_times(target, drafter, context, repeats), threads, rounds)
+    runs = take_turns(lambda: step_times(target, drafter, context, repeats, lean), threads, rounds)
     out = {}
     for t, rs in runs.items():
-        ms = {k: sorted(x[k] for x in rs)[len(rs) // 2] for k in rs[0]}
+        ms = {k: sorted(x[k] for x in rs)[len(rs) // 2] for k in rs[0] if k != "lean"}
         ms["verify_16_in_decode_steps"] = ms["verify_16_ms"] / ms["decode_ms"]
         ms["dflash_step_in_decode_steps"] = (ms["draft_16_ms"] + ms["verify_16_ms"]) / ms["decode_ms"]
         out[str(t)] = ms
@@ -205,17 +210,22 @@ def main(argv=None) -> dict:
                    help="which part of each suite: test (default: the prompts after the first "
                         f"{common.DEV_PROMPTS}, where results are reported), dev (the first "
                         f"{common.DEV_PROMPTS}, where settings are chosen) or all")
-    p.add_argument("--block-sizes", type=int, nargs="+", default=None,
-                   help="block sizes against plain decoding (default: the drafter's)")
-    p.add_argument("--target", default=None)
+    p.add_argument("--block-sizes", type=at_least(2, "(1 is plain decoding, always run)"),
+                   nargs="+", default=None, metavar="B",
+                   help="block sizes against plain decoding, each 2 to the drafter's "
+                        "(default: the drafter's)")
+    p.add_argument("--target", default=None, help="hub id or directory (default: the tiny target)")
     add_dtype(p)
-    p.add_argument("--drafter", default=None)
+    p.add_argument("--drafter", default=None,
+                   help="hub id or directory (default: the tiny drafter)")
     add_threads(p, [1], more=": timings on a shared machine swing less; several counts only "
                 "with --step-times or --batch-sizes, e.g. --threads 1 2")
-    p.add_argument("--out", default=None, help="write the figures here as JSON (and a .png beside it)")
+    p.add_argument("--out", type=out_file, default=None,
+                   help="write the figures here as JSON (and a .png beside it)")
     p.add_argument("--step-times", action="store_true",
                    help="only time prefill / decode / verify / draft steps (context 512), at "
-                        "each of --threads, the counts taking turns")
+                        "each of --threads, the counts taking turns; the target's passes are a "
+                        "decode's (decoding.target_pass; --no-lean: transformers' forward)")
     p.add_argument("--methods", nargs="+", default=None,
                    help="compare methods instead of block sizes: plain dflash:B ar:k lookup:k "
                         "generate llamacpp-plain/bf16 (see minidflash/tools/measure/methods.py); "
@@ -229,19 +239,16 @@ def main(argv=None) -> dict:
     p.add_argument("--full-vocab", action="store_true",
                    help="ignore the drafter's draft_vocab.json and draft over the whole vocabulary "
                         "(what an engine that does not read the file does)")
-    add_flags(p, skip=("block_size", "record_steps"))
+    add_flags(p, skip=("block_size", "record_steps"), defaults={"max_new_tokens": 256},
+              why="--block-sizes names the block sizes, and a benchmark records no steps")
     add_load(p)
     a = p.parse_args(argv)
     fields = flag_fields(a, skip=("block_size", "record_steps", "max_new_tokens"))
-    a.max_new_tokens = a.max_new_tokens or DecodingConfig().max_new_tokens
-    try:
-        DecodingConfig(**fields)
-    except ValueError as e:
-        p.error(str(e))
-    if fields and (a.methods or a.draft_cost or a.step_times or a.batch_sizes):
-        p.error(f"--{next(iter(fields)).replace('_', '-')}: with --methods each method names its "
+    timing = {k: v for k, v in fields.items() if k != "lean"} if a.step_times else fields
+    if timing and (a.methods or a.draft_cost or a.step_times or a.batch_sizes):
+        p.error(f"--{next(iter(timing)).replace('_', '-')}: with --methods each method names its "
                 f"decoding in its text (e.g. dflash:8/p0.3/T0.7); --draft-cost, --step-times and "
-                f"--batch-sizes time passes, not a decoding")
+                f"--batch-sizes time passes, not a decoding (--step-times takes --lean/--no-lean)")
     if len(a.threads) > 1 and not (a.step_times or a.batch_sizes):
         p.error(f"--threads {' '.join(map(str, a.threads))}: several thread counts only with "
                 f"--step-times or --batch-sizes; run a benchmark once per count")
@@ -249,23 +256,35 @@ def main(argv=None) -> dict:
         check_suites(p.error, a.suites, a.n, a.split)
     torch.set_num_threads(a.threads[0])
     torch.manual_seed(0)
-    target, tokenizer = load_target(a.target, dtype=a.dtype)
+    target, tokenizer = or_error(p.error, f"--target {a.target}", load_target, a.target,
+                                 dtype=a.dtype)
     print(f"bench: the target in {str(target.dtype).replace('torch.', '')}", file=sys.stderr)
     command = "python -m minidflash bench " + " ".join(sys.argv[1:] if argv is None else argv)
     if a.draft_cost or a.methods:
         return compare(a, target, tokenizer, command)
-    drafter = load_drafter(a.drafter, target=target, draft_vocab=not a.full_vocab)
+    drafter = or_error(p.error, f"--drafter {a.drafter}", load_drafter, a.drafter, target=target,
+                       draft_vocab=not a.full_vocab)
     stamp = dict(dtype=target.dtype, drafters=[a.drafter or TINY_DRAFTER_DIR], load=a.load)
     if a.step_times:
+        try:
+            lean = lean_of(target, DecodingConfig(lean=a.lean))
+        except ValueError as e:
+            p.error(f"--lean: {e}")
         results = {"command": command, "target": a.target or repo_relative(TINY_TARGET_DIR),
                    "drafter": repo_relative(a.drafter or TINY_DRAFTER_DIR),
                    "drafter_layers": drafter.config.num_hidden_layers, "context": 512,
                    "draft_vocab": None if drafter.draft_vocab is None else drafter.draft_vocab.numel(),
-                   "threads": step_times_by_threads(target, drafter, a.threads, context=512)}
+                   "lean": lean,
+                   "threads": step_times_by_threads(target, drafter, a.threads, context=512,
+                                                    lean=lean)}
         for t, ms in results["threads"].items():
             print(f"{t} thread(s): " + ", ".join(f"{k} {v:.2f}" for k, v in ms.items()))
         write(results, a.out, plot_step_times, **stamp)
         return results
+    over = [b for b in (a.block_sizes or []) if b > drafter.block_size]
+    if over:
+        p.error(f"--block-sizes {' '.join(map(str, over))}: over the drafter's trained block size "
+                f"{drafter.block_size}; give block sizes in 2..{drafter.block_size}")
     if a.batch_sizes:
         from . import batch_bench
         try:
@@ -276,6 +295,10 @@ def main(argv=None) -> dict:
         except ValueError as e:
             p.error(str(e))
     a.block_sizes = a.block_sizes or [drafter.block_size]
+    check_decoding(p.error, target, drafter, {**fields, "max_new_tokens": a.max_new_tokens},
+                   [chat_ids(tokenizer, r["messages"]) for suite in a.suites
+                    for r in common.suite_prompts(suite, a.split, a.n)],
+                   block_size=max(a.block_sizes), stop_token_ids=stop_ids(tokenizer))
     config = DecodingConfig.of(drafter).override(**fields)
     results = {"block_sizes": a.block_sizes, "decoding": str(config),
                "p_min": config.p_min, "temperature": config.temperature,

@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from ...files import save_figure, write_json
+from ..common import out_file
 
 TRAIN = dict(N=1, S=3072, n=512, B=16, Hq=32, Hkv=8, D=128)
 INFER = dict(N=1, S=4096, n=1, B=16, Hq=32, Hkv=8, D=128)
@@ -294,7 +295,7 @@ def plot(rows, path):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m minidflash bench-kernel",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=None,
+    parser.add_argument("--out", type=out_file, default=None,
                         help="default data/results/kernel_bench.json (GPU) or "
                              "/tmp/kernel_bench_smoke.json (--cpu-smoke, never a real result)")
     parser.add_argument("--cpu-smoke", action="store_true",

@@ -19,7 +19,7 @@ every drafted token the target checks is paid for. Two measurements size the bud
 * ``cost --from CURVE.json --drafter DIR``: write a measured curve into the drafter's
   ``decoding.json`` (one curve per thread count, under the curve's dtype beside the curves of
   other dtypes) as its default cost model (verify_cost.py;
-  ``--trust-weight W``: with the running correction of q; ``--tree N K``: a tree of the N best
+  ``--trust W``: with the running correction of q; ``--tree N,K``: a tree of the N best
   nodes over the per-slot top K verified by default, sized by that curve).
 """
 
@@ -37,13 +37,13 @@ from ...config import TINY_DRAFTER_DIR
 from ...decoding import crop_cache, lean_of, target_pass
 from ...drafter import load_drafter
 from ...files import save_figure, write_json
-from ...settings import DecodingConfig, check_tree
+from ...settings import DecodingConfig, add_flags, check_tree, flag_fields
 from ...target import chat_ids, load_target, stop_ids
 from ...verifier import speculative_generate
 from ...verify_cost import VerifyCost, costs_from_dict, costs_to_dict
 from .. import common
-from ..common import (add_dtype, add_load, add_threads, check_suites, count, median_ms,
-                      take_turns, write)
+from ..common import (add_dtype, add_load, add_threads, at_least, check_decoding, check_suites,
+                      count, median_ms, or_error, out_file, take_turns, write)
 from ..make_data.overlap import split_label
 
 BINS = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
@@ -144,9 +144,11 @@ def write_cost(drafter_dir, costs: dict[int, VerifyCost], tree: dict | None = No
     return decoding
 
 
-def calibration(target, tokenizer, drafter, rows, max_new_tokens: int, block_size=None) -> dict:
+def calibration(target, tokenizer, drafter, rows, max_new_tokens: int, block_size=None,
+                **fields) -> dict:
     """Per bin of the drafter's q: slots reached, slots accepted; per slot j: mean q, acceptance
-    given slots 1..j-1 accepted, and P(slots 1..j all accepted) against the mean product of q."""
+    given slots 1..j-1 accepted, and P(slots 1..j all accepted) against the mean product of q.
+    ``fields``: other DecodingConfig fields (temperature, fp32_ties, lean)."""
     B = block_size or drafter.block_size
     stops = stop_ids(tokenizer)
     reached, taken = [0] * (len(BINS) - 1), [0] * (len(BINS) - 1)
@@ -158,7 +160,7 @@ def calibration(target, tokenizer, drafter, rows, max_new_tokens: int, block_siz
         out = speculative_generate(target, drafter, chat_ids(tokenizer, row["messages"]),
                                    max_new_tokens=max_new_tokens, block_size=B,
                                    stop_token_ids=stops, record_steps=True, p_min=no_cut,
-                                   cost=False)
+                                   cost=False, **fields)
         for step in out.steps:
             product = 1.0
             for j, q in enumerate(step["q"]):
@@ -229,62 +231,85 @@ def plot_calibration(results: dict, path: Path) -> None:
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(prog="python -m minidflash budget", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["curve", "calibration", "cost"])
-    p.add_argument("--from", dest="curve", default=None, help="cost: a saved curve's JSON")
-    p.add_argument("--trust-weight", type=float, default=0.0,
-                   help="cost: the running correction of the drafter's q (VerifyCost.trust_weight)")
-    p.add_argument("--tree", type=int, nargs=2, metavar=("NODES", "TOP_K"), default=None,
-                   help="cost: also make a tree of drafts the default (tree.py): its node budget "
-                        "and candidates per slot")
-    p.add_argument("--target", default=None)
-    p.add_argument("--drafter", default=None)
+    p.add_argument("what", choices=["curve", "calibration", "cost"],
+                   help="curve: time the target's passes; calibration: the drafter's q against "
+                        "acceptance; cost: write a curve into a drafter's decoding.json")
+    p.add_argument("--from", dest="curve", default=None, metavar="CURVE.json",
+                   help="cost: a saved curve's JSON (`budget curve --out`)")
+    p.add_argument("--target", default=None, help="hub id or directory (default: the tiny target)")
+    p.add_argument("--drafter", default=None,
+                   help="a drafter folder (default: the tiny drafter; cost: the one written)")
     add_threads(p, [1, 2], more=": curve: the thread counts, taking turns; calibration: the "
                 "first")
-    p.add_argument("--context", type=int, default=256, help="curve: cached tokens before the pass")
-    p.add_argument("--max-k", type=int, default=16, help="curve: the longest pass, in tokens")
+    p.add_argument("--context", type=at_least(1), default=256,
+                   help="curve: cached tokens before the pass (default 256)")
+    p.add_argument("--max-k", type=at_least(2, "(passes of 1 and 2 tokens at least)"), default=16,
+                   help="curve: the longest pass, in tokens (default 16)")
     p.add_argument("--shape", choices=sorted(SHAPES), default=None,
                    help="curve: a published target and drafter shape with random weights "
                         "instead of --target / --drafter")
     p.add_argument("--device", default="cpu", help="curve with --shape: where to build it")
     add_dtype(p, what="curve and calibration: the target's and drafter's dtype (with --shape "
                       "fp32 unless given)")
-    p.add_argument("--suites", nargs="+", default=["arithmetic", "code"])
-    p.add_argument("--split", choices=common.SPLITS, default="test")
+    p.add_argument("--suites", nargs="+", default=["arithmetic", "code"],
+                   help="calibration: files in data/prompts (default arithmetic code)")
+    p.add_argument("--split", choices=common.SPLITS, default="test",
+                   help="calibration: which part of each suite (default test)")
     p.add_argument("--n", type=count, default=10, help="calibration: prompts per suite (default 10)")
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--block-size", type=int, default=None)
-    p.add_argument("--lean", action=argparse.BooleanOptionalAction, default=None,
-                   help="curve: the target's passes through lean.py (default: where the target "
-                        "supports it, as a decode; --no-lean: transformers' forward)")
-    p.add_argument("--out", default=None, help="write the figures here as JSON (and a .png beside it)")
+    p.add_argument("--out", type=out_file, default=None,
+                   help="curve, calibration: write the figures here as JSON (and a .png beside it)")
+    add_flags(p, skip=("p_min", "cost", "record_steps"), defaults={"max_new_tokens": 128},
+              why="calibration verifies every draft to record each q; cost writes the curve. "
+                  "cost takes --tree and --trust (written as the drafter's defaults), curve "
+                  "--lean, calibration the others")
     add_load(p)
     a = p.parse_args(argv)
+    given = flag_fields(a, skip=("max_new_tokens",))
+    honoured = {"cost": {"tree", "trust"}, "curve": {"lean"},
+                "calibration": {"block_size", "temperature", "fp32_ties", "lean"}}[a.what]
+    if set(given) - honoured:
+        flag = "--" + sorted(set(given) - honoured)[0].replace("_", "-")
+        p.error(f"{flag}: budget {a.what} takes {', '.join('--' + h.replace('_', '-') for h in sorted(honoured))} "
+                f"of the decoding flags")
     if a.what == "calibration":
         check_suites(p.error, a.suites, a.n, a.split)
     if a.what == "cost":
         if not (a.curve and a.drafter):
             p.error("cost needs --from CURVE.json (from `budget curve --out`) and --drafter DIR")
-        curve = json.loads(Path(a.curve).read_text())
-        tree = dict(node_budget=a.tree[0], top_k=a.tree[1]) if a.tree else None
+        curve = or_error(p.error, f"--from {a.curve}", lambda: json.loads(Path(a.curve).read_text()))
+        if not isinstance(curve, dict) or "threads" not in curve:
+            p.error(f"--from {a.curve}: not a curve (no \"threads\"); write one with "
+                    f"`budget curve --out {a.curve}`")
         try:
-            decoding = write_cost(a.drafter, costs_of(curve, trust_weight=a.trust_weight), tree,
-                                  curve.get("dtype"))
+            decoding = write_cost(a.drafter, costs_of(curve, trust_weight=a.trust or 0.0),
+                                  a.tree or None, curve.get("dtype"))
         except ValueError as e:
-            p.error(str(e))
+            p.error(f"--drafter {a.drafter}: {e}")
         print(f"{a.drafter}/decoding.json: {json.dumps(decoding)[:200]}")
         return decoding
     if a.shape and (a.what != "curve" or a.target or a.drafter):
         p.error("--shape builds a random target and drafter for `curve`; drop --target/--drafter")
-    if a.max_k < 2:
-        p.error("--max-k: a curve needs passes of at least 1 and 2 tokens")
     torch.manual_seed(0)
     if a.shape:
         dtype = "float32" if a.dtype == "auto" else a.dtype
         target, drafter = random_pair(a.shape, a.device, getattr(torch, dtype))
         tokenizer = None
     else:
-        target, tokenizer = load_target(a.target, dtype=a.dtype)
-        drafter = load_drafter(a.drafter, target=target)
+        target, tokenizer = or_error(p.error, f"--target {a.target}", load_target, a.target,
+                                     dtype=a.dtype)
+        drafter = or_error(p.error, f"--drafter {a.drafter}", load_drafter, a.drafter,
+                           target=target)
+    if a.what == "curve":
+        try:
+            lean_of(target, DecodingConfig(lean=a.lean))
+        except ValueError as e:
+            p.error(f"--lean: {e}")
+    else:
+        rows = {s: common.suite_prompts(s, a.split, a.n) for s in a.suites}
+        check_decoding(p.error, target, drafter, {**given, "max_new_tokens": a.max_new_tokens},
+                       [chat_ids(tokenizer, r["messages"]) for rs in rows.values() for r in rs],
+                       stop_token_ids=stop_ids(tokenizer), record_steps=True, p_min=1e-9,
+                       cost=False)
     print(f"budget: the target in {str(target.dtype).replace('torch.', '')}", file=sys.stderr)
     command = "python -m minidflash budget " + " ".join(sys.argv[1:] if argv is None else argv)
     results = {"command": command,
@@ -305,13 +330,10 @@ def main(argv=None) -> dict:
         torch.set_num_threads(a.threads[0])
         results.update(dtype=str(target.dtype).replace("torch.", ""), split=a.split, n=a.n, max_new_tokens=a.max_new_tokens, suites={})
         for suite in a.suites:
-            try:
-                rows = common.suite_prompts(suite, a.split, a.n)
-            except ValueError as e:
-                p.error(str(e))
-            c = results["suites"][suite] = calibration(target, tokenizer, drafter, rows,
-                                                       a.max_new_tokens, a.block_size)
-            c["prompts_used"] = split_label(suite, a.split, len(rows))
+            c = results["suites"][suite] = calibration(
+                target, tokenizer, drafter, rows[suite], a.max_new_tokens, a.block_size,
+                **{k: v for k, v in given.items() if k != "block_size"})
+            c["prompts_used"] = split_label(suite, a.split, len(rows[suite]))
             print(f"{suite}: q bin -> accepted: " + "  ".join(
                 f"{lo:.1f}-{hi:.1f}: {o:.2f} ({r})" for lo, hi, o, r in
                 zip(c["bins"], c["bins"][1:], c["observed"], c["reached"]) if o is not None))

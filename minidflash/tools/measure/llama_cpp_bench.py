@@ -44,7 +44,8 @@ from pathlib import Path
 
 from ...files import save_figure
 from .. import common
-from ..common import add_load, add_threads, check_suites, count, write
+from ...settings import add_flags
+from ..common import add_load, add_threads, at_least, check_suites, count, out_file, write
 from ..engines.llama_cpp import TARGET_TYPES, gguf_files, shown
 from ..engines.llama_cpp_binaries import (BENCH, PLAIN, PRE_TOKENIZER_REGEX, SPECULATIVE,
                                           bench_command, decode, find_binary, find_converter,
@@ -120,8 +121,7 @@ def arguments(argv=None) -> argparse.Namespace:
                    help="which part of each suite: test (where results are reported, the "
                         "default), dev (the first 10 prompts, where choices are made) or all")
     p.add_argument("--n", type=count, default=8, help="prompts per suite (default 8)")
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--n-max", type=int, nargs="+", default=[3, 7, 15],
+    p.add_argument("--n-max", type=at_least(1), nargs="+", default=[3, 7, 15],
                    help="--spec-draft-n-max values (drafted tokens; minidflash block size n+1)")
     p.add_argument("--p-min", type=float, nargs="+", default=[0.0],
                    help="--spec-draft-p-min values (0: no cut); each n-max runs with each p-min")
@@ -135,15 +135,20 @@ def arguments(argv=None) -> argparse.Namespace:
                    help="pass llama.cpp's -nr (no weight repacking; avoids AMX kernels)")
     p.add_argument("--minidflash", action="store_true",
                    help="also decode every prompt in minidflash (tau, identity) on one torch thread")
-    p.add_argument("--bench-threads", type=int, nargs="*", default=[],
+    p.add_argument("--bench-threads", type=count, nargs="*", default=[],
                    help="also run llama-bench (pp 4/8/16, tg) at these thread counts")
-    p.add_argument("--torch-step-times", type=int, nargs="*", default=[],
+    p.add_argument("--torch-step-times", type=count, nargs="*", default=[],
                    help="also time the torch fp32 passes (bench.step_times) at these thread counts")
-    p.add_argument("--out", default=None, help="write the figures here as JSON (and a .png beside it)")
+    p.add_argument("--out", type=out_file, default=None,
+                   help="write the figures here as JSON (and a .png beside it)")
+    add_flags(p, only=("max_new_tokens",), defaults={"max_new_tokens": 128},
+              why="llama.cpp decodes greedily, its block set by --n-max and its cut by --p-min "
+                  "(lists: each run)")
     add_load(p)
     a = p.parse_args(argv)
-    if a.max_new_tokens < 2 or min(a.n_max) < 1:
-        p.error("--max-new-tokens must be >= 2 and every --n-max >= 1")
+    if a.max_new_tokens < 2:
+        p.error(f"--max-new-tokens {a.max_new_tokens}: give 2 or more (llama.cpp's first token "
+                f"comes from the prompt pass)")
     if not all(0 <= q < 1 for q in a.p_min):
         p.error(f"every --p-min must be in [0, 1), got {a.p_min}: 0 verifies every drafted token")
     check_suites(p.error, a.suites, a.n, a.split)

@@ -27,9 +27,11 @@ import torch
 
 from ...config import PROMPTS_DIR, TINY_DRAFTER_DIR
 from ...drafter import load_drafter
+from ...settings import add_flags, flag_fields
 from ...target import chat_ids, load_target, stop_ids
 from ...verifier import speculative_generate
-from ..common import add_dtype, add_load, add_threads, check_suites, count, read_jsonl, write
+from ..common import (add_dtype, add_load, add_threads, check_decoding, check_suites, count,
+                      or_error, out_file, read_jsonl, write)
 
 KINDS = ("word in question", "other word", "digits", "symbols", "spaces and newlines")
 
@@ -54,14 +56,16 @@ def words_of(messages: list[dict]) -> set[str]:
 
 @torch.no_grad()
 def misses(target, tokenizer, drafter, rows: list[dict], max_new_tokens: int,
-           block_size: int | None = None) -> dict:
-    """{kind: {"steps", "missed"}}, the missed words, tau and the steps' count for ``rows``."""
+           block_size: int | None = None, **fields) -> dict:
+    """{kind: {"steps", "missed"}}, the missed words, tau and the steps' count for ``rows``
+    (``fields``: other DecodingConfig fields over the drafter's decoding.json; a chain)."""
     steps, missed, words, lengths = Counter(), Counter(), Counter(), []
     for row in rows:
         question = words_of(row["messages"])
         out = speculative_generate(target, drafter, chat_ids(tokenizer, row["messages"]),
                                    max_new_tokens=max_new_tokens, block_size=block_size,
-                                   stop_token_ids=stop_ids(tokenizer), record_steps=True)
+                                   stop_token_ids=stop_ids(tokenizer), record_steps=True,
+                                   **fields)
         lengths += out.acceptance_lengths
         for step in out.steps:
             text = tokenizer.decode([step["target"][0]])
@@ -96,24 +100,30 @@ def main(argv=None) -> dict:
     p.add_argument("--suites", nargs="+", default=["gsm8k"],
                    help="files in data/prompts, without .jsonl (default gsm8k)")
     p.add_argument("--n", type=count, default=10, help="the first n prompts of each suite (default 10)")
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--block-size", type=int, default=None, help="(default: the drafter's own)")
     add_threads(p)
     add_dtype(p)
-    p.add_argument("--out", default=None, help="write the result here too, as JSON")
+    p.add_argument("--out", type=out_file, default=None, help="write the result here too, as JSON")
+    add_flags(p, skip=("tree", "record_steps"), defaults={"max_new_tokens": 128},
+              why="it records every step, which only a chain has")
     add_load(p)
     a = p.parse_args(argv)
     check_suites(p.error, a.suites)
+    given = flag_fields(a)
     torch.set_num_threads(a.threads)
-    target, tokenizer = load_target(a.target, dtype=a.dtype)
-    drafter = load_drafter(a.drafter, target=target)
+    target, tokenizer = or_error(p.error, f"--target {a.target}", load_target, a.target,
+                                 dtype=a.dtype)
+    drafter = or_error(p.error, f"--drafter {a.drafter}", load_drafter, a.drafter, target=target)
+    rows = {suite: read_jsonl(PROMPTS_DIR / f"{suite}.jsonl")[:a.n] for suite in a.suites}
+    check_decoding(p.error, target, drafter, given, [chat_ids(tokenizer, r["messages"])
+                   for rs in rows.values() for r in rs], record_steps=True,
+                   stop_token_ids=stop_ids(tokenizer))
+    fields = {k: v for k, v in given.items() if k not in ("max_new_tokens", "block_size")}
     result = {"command": "python -m minidflash misses " + " ".join(sys.argv[1:] if argv is None else argv), "n": a.n,
               "max_new_tokens": a.max_new_tokens, "block_size": a.block_size,
               "threads": a.threads, "suites": {}}
     for suite in a.suites:
-        rows = read_jsonl(PROMPTS_DIR / f"{suite}.jsonl")[:a.n]
-        result["suites"][suite] = misses(target, tokenizer, drafter, rows, a.max_new_tokens,
-                                         a.block_size)
+        result["suites"][suite] = misses(target, tokenizer, drafter, rows[suite], a.max_new_tokens,
+                                         a.block_size, **fields)
         print(report(suite, result["suites"][suite]), flush=True)
     write(result, a.out, None, dtype=target.dtype, drafters=[a.drafter or TINY_DRAFTER_DIR],
           load=a.load)

@@ -40,7 +40,9 @@ from transformers import DynamicCache, Qwen3Config, Qwen3ForCausalLM
 from ...config import RESULTS_DIR
 from ...drafter import DFlashDrafter, load_drafter, make_drafter_config, target_features
 from ...files import write_json
+from ...settings import add_flags
 from ...verifier import speculative_generate
+from ..common import at_least, out_file
 
 TOLERANCE = 1e-5
 
@@ -184,15 +186,19 @@ def main(argv=None) -> int:
                         help="a checkout of the reference implementation (holds dflash/)")
     parser.add_argument("--attention", choices=("sdpa", "eager"), default="sdpa",
                         help="the reference's attention kernel (ours is always SDPA)")
-    parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--fit-steps", type=int, default=100,
+    parser.add_argument("--fit-steps", type=at_least(0), default=100,
                         help="Adam steps fitting the drafter to the target first (0: stay random)")
     parser.add_argument("--reference-commit", default=None,
                         help="the reference's commit, recorded in the JSON (default: read from "
                              "its git checkout; give it for an exported copy)")
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "parity.json",
+    parser.add_argument("--out", type=out_file, default=str(RESULTS_DIR / "parity.json"),
                         help="where the figures are written (default data/results/parity.json)")
+    add_flags(parser, only=("max_new_tokens",), defaults={"max_new_tokens": 48},
+              why="both decode greedily in fp32 at block sizes 2, 4 and 8")
     args = parser.parse_args(argv)
+    if not (args.reference / "dflash").is_dir():
+        parser.error(f"--reference {args.reference}: no dflash/ folder there; give a checkout of "
+                     f"the reference implementation (github.com/z-lab/dflash)")
     argv = sys.argv[1:] if argv is None else list(argv)
     shown = ["DIR" if i and argv[i - 1] == "--reference" else a for i, a in enumerate(argv)]
     torch.set_grad_enabled(False)

@@ -35,7 +35,7 @@ from transformers import DynamicCache
 from ...decoding import crop_cache, target_pass
 from ...files import save_figure
 from ...target import load_target
-from ..common import add_dtype, add_load, add_threads, write
+from ..common import add_dtype, add_load, add_threads, at_least, count, or_error, out_file, write
 
 KINDS = {
     "matmul": ("aten::mm", "aten::addmm", "aten::bmm", "aten::linear", "aten::matmul",
@@ -144,17 +144,17 @@ def main(argv=None) -> dict:
     p.add_argument("--target", default=None, help="hub id or directory (default: the tiny target)")
     add_dtype(p)
     add_threads(p, default=[1, 2], more=": the counts take turns")
-    p.add_argument("--tokens", type=int, default=16, help="the verify pass's tokens (default 16)")
-    p.add_argument("--context", type=int, default=256, help="cached tokens before (default 256)")
-    p.add_argument("--repeats", type=int, default=15, help="profiled passes a point (default 15)")
+    p.add_argument("--tokens", type=at_least(2), default=16,
+                   help="the verify pass's tokens (default 16)")
+    p.add_argument("--context", type=count, default=256, help="cached tokens before (default 256)")
+    p.add_argument("--repeats", type=count, default=15, help="profiled passes a point (default 15)")
     p.add_argument("--passes", nargs="+", choices=("torch", "lean"), default=["torch", "lean"],
                    help="transformers' forward, lean.py's pass, or both taking turns (default)")
-    p.add_argument("--out", default=None, help="write the split here (and a .png beside it)")
+    p.add_argument("--out", type=out_file, default=None,
+                   help="write the split here (and a .png beside it)")
     add_load(p)
     a = p.parse_args(argv)
-    if a.tokens < 2 or a.context < 1 or a.repeats < 1 or min(a.threads) < 1:
-        p.error("--tokens >= 2, --context >= 1, --repeats >= 1, --threads >= 1")
-    target, _ = load_target(a.target, dtype=a.dtype)
+    target, _ = or_error(p.error, f"--target {a.target}", load_target, a.target, dtype=a.dtype)
     results = {"command": "python -m minidflash step-profile " + " ".join(
                    sys.argv[1:] if argv is None else argv),
                "target": a.target or "tiny", "dtype": str(target.dtype).replace("torch.", ""),

@@ -27,11 +27,12 @@ import torch
 from ...config import PROMPTS_DIR
 from ...drafter import load_drafter
 from ...files import save_figure
-from ...settings import DecodingConfig
+from ...settings import DecodingConfig, add_flags
 from ...target import chat_ids, load_target, stop_ids
 from ...trainer import smooth
 from ...verifier import speculative_generate
-from ..common import add_load, add_threads, check_suites, count, read_jsonl, write
+from ..common import (add_load, add_threads, check_decoding, check_suites, count, or_error,
+                      out_file, read_jsonl, write)
 
 
 def snapshot_taus(target, tokenizer, drafter, rows_by_suite: dict, max_new_tokens: int) -> dict:
@@ -88,25 +89,35 @@ def main(argv=None) -> dict:
     p = argparse.ArgumentParser(prog="python -m minidflash tau-curve", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("snapshots", nargs="+", help="copies of <out>.ckpt/state.pt")
-    p.add_argument("--drafter", required=True, help="the trained drafter's directory (its config)")
+    p.add_argument("--drafter", required=True,
+                   help="the trained drafter's directory (its config; the snapshots' weights)")
     p.add_argument("--target", default=None, help="hub id or directory (default: the tiny target)")
     p.add_argument("--suites", nargs="+", default=["gsm8k", "math500", "humaneval", "mtbench"],
                    help="files in data/prompts, without .jsonl (default gsm8k math500 humaneval "
                         "mtbench)")
     p.add_argument("--n", type=count, default=2, help="the first n prompts of each suite (default 2)")
-    p.add_argument("--max-new-tokens", type=int, default=128)
     add_threads(p)
-    p.add_argument("--out", default=None, help="write the curve here as JSON (and a .png beside it)")
+    p.add_argument("--out", type=out_file, default=None,
+                   help="write the curve here as JSON (and a .png beside it)")
     p.add_argument("--extend", action="store_true",
                    help="add these snapshots' points to the curve already in --out")
+    add_flags(p, only=("max_new_tokens",), defaults={"max_new_tokens": 128},
+              why="every point is the drafter's whole block verified as a chain, greedily")
     add_load(p)
     a = p.parse_args(argv)
     check_suites(p.error, a.suites)
+    missing = [f for f in a.snapshots if not Path(f).is_file()]
+    if missing:
+        p.error(f"snapshots {' '.join(missing)}: no such file; pass copies of <out>.ckpt/state.pt")
     old = extendable(a) if a.extend else None
     torch.set_num_threads(a.threads)
-    target, tokenizer = load_target(a.target, dtype=torch.float32)   # as its results were made
-    drafter = load_drafter(a.drafter, target=target)
+    target, tokenizer = or_error(p.error, f"--target {a.target}", load_target, a.target,
+                                 dtype=torch.float32)   # as its results were made
+    drafter = or_error(p.error, f"--drafter {a.drafter}", load_drafter, a.drafter, target=target)
     rows = {s: read_jsonl(PROMPTS_DIR / f"{s}.jsonl")[: a.n] for s in a.suites}
+    check_decoding(p.error, target, drafter, {"max_new_tokens": a.max_new_tokens},
+                   [chat_ids(tokenizer, r["messages"]) for rs in rows.values() for r in rs],
+                   tree=False, cost=False, stop_token_ids=stop_ids(tokenizer))
     states = []
     for f in a.snapshots:
         state = torch.load(f, map_location="cpu")

@@ -193,20 +193,42 @@ def _conversation_text_plain(example: dict) -> str:
 
 
 def main(argv=None, evaluate_only: bool = False) -> None:
-    p = argparse.ArgumentParser(prog="python -m minidflash " + ("eval-target" if evaluate_only else "train-target"),
+    """``train-target`` (or ``eval-target``: evaluate_only), each with the flags it reads."""
+    from ...settings import add_flags
+    from ..common import (add_threads, at_least, check_decoding, count, or_error, out_dir,
+                          positive)
+
+    if evaluate_only:
+        p = argparse.ArgumentParser(prog="python -m minidflash eval-target",
+                                    description="The tiny target's greedy answers to held-out "
+                                                "prompts: arithmetic accuracy, loops per domain.")
+        p.add_argument("--target", default=None,
+                       help="hub id or directory (default: the tiny target, data/target)")
+        p.add_argument("--n", type=count, default=64,
+                       help="held-out prompts per domain, the first n (default 64)")
+        add_threads(p)
+        add_flags(p, only=("max_new_tokens",), defaults={"max_new_tokens": 256},
+                  why="plain greedy decoding, the target alone")
+        a = p.parse_args(argv)
+        torch.set_num_threads(a.threads)
+        model, tokenizer = or_error(p.error, f"--target {a.target}", load_target, a.target)
+        check_decoding(p.error, model, None, {"max_new_tokens": a.max_new_tokens},
+                       [chat_ids(tokenizer, r["messages"]) for d in ("arithmetic", "code")
+                        for r in read_jsonl(PROMPTS_DIR / f"{d}.jsonl")[:a.n]])
+        print(json.dumps(evaluate_target(model, tokenizer, a.n, a.max_new_tokens), indent=1))
+        return
+    p = argparse.ArgumentParser(prog="python -m minidflash train-target",
                                 description="Train the tiny Qwen3 target and its tokenizer.")
-    p.add_argument("--out", default=str(TINY_TARGET_DIR))
-    p.add_argument("--steps", type=int, default=1800)
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--seq-len", type=int, default=256)
-    p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--eval", action="store_true", help="only evaluate the shipped target")
+    p.add_argument("--out", type=out_dir, default=str(TINY_TARGET_DIR),
+                   help="the target's folder (default data/target; other files there stay)")
+    p.add_argument("--steps", type=at_least(0), default=1800, help="optimizer steps (default 1800)")
+    p.add_argument("--batch-size", type=count, default=8, help="sequences a step (default 8)")
+    p.add_argument("--seq-len", type=at_least(2), default=256,
+                   help="tokens a training sequence (default 256)")
+    p.add_argument("--lr", type=positive, default=3e-3, help="peak learning rate (default 3e-3)")
+    p.add_argument("--seed", type=int, default=0, help="data order and weights (default 0)")
     a = p.parse_args(argv)
-    if a.eval or evaluate_only:
-        print(json.dumps(evaluate_target(), indent=1))
-    else:
-        print(json.dumps(train_target(a.out, a.steps, a.batch_size, a.seq_len, a.lr, a.seed), indent=1))
+    print(json.dumps(train_target(a.out, a.steps, a.batch_size, a.seq_len, a.lr, a.seed), indent=1))
 
 
 if __name__ == "__main__":

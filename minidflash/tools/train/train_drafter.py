@@ -43,7 +43,7 @@ from ...drafter import default_target_layer_ids
 from ...target import load_target, warn_emulated_bf16
 from ...train_data import cached_regeneration, feature_pass, in_dtype
 from ...trainer import TrainConfig, distributed, train
-from ..common import DTYPES, AUTO, add_dtype, add_threads, resolved_dtype
+from ..common import DTYPES, AUTO, add_dtype, add_threads, at_least, count, out_dir, resolved_dtype
 from ..make_data import answers, chat_prompts, corpus
 
 TINY_N_CODE = 1000           # --n-code for the tiny target (the shipped drafter's)
@@ -142,54 +142,65 @@ def answer_spec(spec: str, error) -> tuple[str, list[int] | None]:
     return folder, list(range(a, b + 1))
 
 
+def train_flag(f):
+    """The argparse type of a TrainConfig field's flag: the text read (a list as 1,2,3), then
+    checked by the config on its own, so a bad value is argparse's one line naming the flag."""
+    kind = f.metadata["type"] or type(f.default)
+
+    def flag(text: str):
+        try:
+            value = [int(x) for x in text.split(",")] if kind is list else kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: {f.name} accepts "
+                                             f"{f.metadata['accepts']}") from None
+        try:
+            TrainConfig(**{f.name: value})
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"{text}: {e}") from None
+        return value
+    return flag
+
+
 def config_parser(prog: str, description: str) -> argparse.ArgumentParser:
-    """An argument per TrainConfig field (--num-layers, --block-size, ...) plus the data's."""
+    """An argument per TrainConfig field (--num-layers, --block-size, ...: its help and its check
+    are the field's, trainer.TrainConfig), plus the data's."""
     p = argparse.ArgumentParser(prog=prog, description=description)
+    recipe = p.add_argument_group("the recipe (trainer.TrainConfig)")
     for f in fields(TrainConfig):
-        default = getattr(TrainConfig(), f.name)
-        flag = f"--{f.name.replace('_', '-')}"
+        flag, default = f"--{f.name.replace('_', '-')}", f.default
+        said = {"out": f"{TINY_DRAFTER_DIR} (dflash) or {TINY_AR_DRAFTER_DIR} (ar)",
+                "compute_dtype": f"float32; {AUTO}, judged on the target"}.get(
+            f.name, "on" if default is True else "off" if default is False else default)
+        kw = dict(help=f"{f.metadata['help']} (default {said})",
+                  default=None if f.name == "out" else default)
         if isinstance(default, bool):
-            p.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=default)
-        elif f.name == "target_layer_ids":
-            p.add_argument(flag, type=lambda s: [int(x) for x in s.split(",")], default=None)
-        elif f.name == "gamma":
-            p.add_argument(flag, type=float, default=None)
-        elif f.name == "backend":
-            p.add_argument(flag, choices=list(BACKENDS), default=None)
-        elif f.name == "drafter":
-            p.add_argument(flag, choices=["dflash", "ar"], default=default,
-                           help="dflash: the block drafter; ar: the EAGLE-3-style rival")
-        elif f.name == "compute_dtype":
-            p.add_argument(flag, choices=DTYPES, default=default,
-                           help=f"the drafter's matmuls: bfloat16 under autocast, the weights "
-                                f"staying fp32 (default {default}; {AUTO}, judged on the target)")
-        elif f.name == "init_drafter":
-            p.add_argument(flag, default=None,
-                           help="start from this saved drafter's weights (fresh optimizer)")
-        elif f.name == "out":
-            p.add_argument(flag, default=None,
-                           help=f"default {TINY_DRAFTER_DIR} (dflash) or {TINY_AR_DRAFTER_DIR} (ar)")
+            recipe.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
+        elif f.name in ("drafter", "features", "backend", "compute_dtype"):
+            choices = {"drafter": ["dflash", "ar"], "features": ["online", "offline"],
+                       "backend": list(BACKENDS), "compute_dtype": list(DTYPES)}[f.name]
+            recipe.add_argument(flag, choices=choices, **kw)
         else:
-            p.add_argument(flag, type=type(default), default=default)
+            recipe.add_argument(flag, type=out_dir if f.name == "out" else train_flag(f),
+                                metavar=f.name.upper(), **kw)
     p.add_argument("--target", default=None,
                    help="hub id or directory of the target (default: the shipped tiny target)")
-    p.add_argument("--n-arithmetic", type=int, default=4000,
+    p.add_argument("--n-arithmetic", type=at_least(0), default=4000,
                    help="arithmetic training prompts (tiny target)")
-    p.add_argument("--n-code", type=int, default=None,
+    p.add_argument("--n-code", type=at_least(0), default=None,
                    help=f"code training prompts (default {TINY_N_CODE}; {CHAT_COUNTS['n_code']} "
                         f"for a chat target)")
-    p.add_argument("--n-math", type=int, default=CHAT_COUNTS["n_math"],
+    p.add_argument("--n-math", type=at_least(0), default=CHAT_COUNTS["n_math"],
                    help="math training prompts (chat target)")
-    p.add_argument("--n-prose", type=int, default=CHAT_COUNTS["n_prose"],
+    p.add_argument("--n-prose", type=at_least(0), default=CHAT_COUNTS["n_prose"],
                    help="prose training prompts (chat target)")
     p.add_argument("--prose-source", choices=["texts", "docstrings"], default="texts",
                    help="prose passages: Shakespeare + KJV sdists, or stdlib docstrings (chat target)")
-    p.add_argument("--regen-batch", type=int, default=32,
+    p.add_argument("--regen-batch", type=count, default=32,
                    help="prompts per generate() call when regenerating (chat target)")
-    p.add_argument("--regen-shards", type=int, default=1,
+    p.add_argument("--regen-shards", type=count, default=1,
                    help="regenerate in this many shards, each cached (resumable; under torchrun "
                         "the ranks split them: a multiple of the processes) (chat target)")
-    p.add_argument("--use-shards", type=int, default=None,
+    p.add_argument("--use-shards", type=count, default=None,
                    help="regenerate and train on the first K of the --regen-shards shards only "
                         "(a data budget; default: all) (chat target)")
     p.add_argument("--keep-suite-overlap", action="store_true",
@@ -207,7 +218,8 @@ def config_parser(prog: str, description: str) -> argparse.ArgumentParser:
                    "forced feature pass (bfloat16: faster on a CPU with bf16 units, ~1%% off)")
     p.add_argument("--regenerate-only", action="store_true",
                    help="make (or find) the regenerated data in cache/ and stop")
-    p.add_argument("--max-new-tokens", type=int, default=256, help="answer length when regenerating")
+    p.add_argument("--max-new-tokens", type=count, default=256,
+                   help="answer length when regenerating (default 256)")
     add_threads(p)
     return p
 
