@@ -2,26 +2,23 @@
 
     demo           speculative-decode a few held-out prompts, show what the drafter got right
     bench          plain vs DFlash over prompt suites, one process (tau, speedup, identity)
-    train          train a DFlash drafter for the tiny target (the paper's recipe)
-    prompts        a file of training prompts of one kind (Magpie requests the target writes,
-                   reasoning-gym's code tasks and math), none sharing 8 words with a suite
-    answers        a target's answers to the training prompts, kept as token ids (llama.cpp's
-                   server several at a time, or torch), for train --answers
+    train          train a DFlash drafter (the paper's recipe) for the tiny target or --target
+    prompts        a file of training prompts of one kind, none sharing 8 words with a suite
+    answers        a target's answers to the training prompts as token ids, for train --answers
     train-target   train the tiny Qwen3 target and its tokenizer
-    eval-target    the shipped tiny target's accuracy and loops per domain
+    eval-target    the tiny target's accuracy and loops per domain
     ablations      the paper's ablations at tiny scale
     parity         numerical parity with the authors' reference code (--reference DIR)
     bench-kernel   the Triton kernel against SDPA and FlexAttention (a GPU)
     suites         rewrite data/prompts/<suite>.jsonl from the published wheels
     tau-curve      tau against training steps, decoding with snapshots of a training run
     misses         which tokens a drafter misses: each step by the target's first token
-    budget         the verify budget: a target pass's cost over 1..16 tokens (curve), and how
-                   well the drafter's probabilities predict acceptance (calibration)
+    budget         the verify budget: a pass's cost over 1..16 tokens, the drafter's calibration
     step-profile   where a target pass's time goes: matmul, attention, norms, cache, overhead
-    llama-cpp      convert a drafter with llama.cpp's converter, run llama.cpp plain and
-                   speculative (draft-dflash) on the suites (needs llama.cpp: LLAMA_CPP_DIR)
+    llama-cpp      a drafter in llama.cpp: converted, run plain and speculative (LLAMA_CPP_DIR)
 
-``python -m minidflash <command> --help`` for each command's options.
+``python -m minidflash <command> --help`` for each command's options. A value a command refuses
+is one line (``python -m minidflash <command>: error: ...``, exit status 2), never a traceback.
 """
 
 from __future__ import annotations
@@ -49,15 +46,33 @@ COMMANDS = {  # command -> (module under minidflash.tools, keyword arguments of 
 }
 
 
+def commands() -> str:
+    """The commands, one line each (this module's list): what ``python -m minidflash`` and its
+    --help print."""
+    listed = [line for line in __doc__.splitlines() if line.startswith("    ")]
+    return "\n".join(["usage: python -m minidflash <command> [options]", "", *listed, "",
+                      "python -m minidflash <command> --help: the command's options"])
+
+
 def main(argv=None):
+    """Run a command. A ValueError or FileNotFoundError that reaches here is a value the command
+    refused: one line and exit status 2, as argparse does; any other exception is a bug and
+    keeps its traceback."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if not argv or argv[0] not in COMMANDS:
-        print(__doc__)
-        if argv and argv[0] not in ("-h", "--help"):
-            raise SystemExit(f"unknown command {argv[0]!r}: use one of {', '.join(COMMANDS)}")
+    if not argv or argv[0] in ("-h", "--help"):
+        print(commands())
         return None
+    if argv[0] not in COMMANDS:
+        print(f"python -m minidflash: error: unknown command {argv[0]!r}; the commands are "
+              f"{', '.join(COMMANDS)}", file=sys.stderr)
+        raise SystemExit(2)
     module, kwargs = COMMANDS[argv[0]]
-    return importlib.import_module(f"minidflash.tools.{module}").main(argv[1:], **kwargs)
+    command = importlib.import_module(f"minidflash.tools.{module}")
+    try:
+        return command.main(argv[1:], **kwargs)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"python -m minidflash {argv[0]}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

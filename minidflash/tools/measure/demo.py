@@ -19,9 +19,10 @@ import torch
 from ...config import PAPER, PROMPTS_DIR, TINY_DRAFTER_DIR
 from ...drafter import DFlashDrafter, load_drafter, make_drafter_config
 from ...target import chat_ids, load_target, stop_ids
-from ...settings import DecodingConfig, add_flags, flag_fields
+from ...settings import add_flags, flag_fields
 from ...verifier import speculative_generate
-from ..common import add_dtype, add_threads, check_suites, count, read_jsonl
+from ..common import (add_dtype, add_threads, check_decoding, check_suites, count, or_error,
+                      read_jsonl)
 from .methods import divergence, load_targets
 from .render import legend, render
 
@@ -55,9 +56,10 @@ def check_parting(target, ids, plain: list, other: list, fp32=None) -> None:
 
 
 def introduction(block_size: int, mode: str, threads: int, dtype: str = "float32",
-                 said: str = "") -> str:
+                 said: str = "", tiny: str = "") -> str:
     return "\n".join([
         RULE,
+        *([tiny] if tiny else []),
         *([f"This run: {said}"] if said else []),
         f"DFlash: the drafter proposes {block_size - 1} tokens in ONE pass; the target checks them in",
         "ONE pass and keeps the longest prefix it agrees with, plus one token of its own.",
@@ -75,23 +77,41 @@ def introduction(block_size: int, mode: str, threads: int, dtype: str = "float32
         RULE])
 
 
-def demo(args) -> None:
+def tiny_line(target) -> str:
+    """What the shipped tiny target is, in one line: a reader should not take its answers for a
+    chat model's."""
+    size = sum(q.numel() for q in target.parameters()) / 1e6
+    return (f"The target here is tiny: a {size:.1f}M-parameter model trained on arithmetic word "
+            f"problems (and some Python), and its answers are often wrong; what to watch is how "
+            f"much of each the drafter guessed.")
+
+
+def shown(tokenizer, ids: list[int], drafted: list[bool]) -> tuple[list[int], list[bool]]:
+    """The new tokens without the special ones (the stop, <|im_end|>), with their marks."""
+    special = set(tokenizer.all_special_ids)
+    drafted = list(drafted) + [False] * (len(ids) - len(drafted))
+    keep = [i for i, t in enumerate(ids) if t not in special]
+    return [ids[i] for i in keep], [drafted[i] for i in keep]
+
+
+def demo(args, error) -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    target, tokenizer = load_target(args.target, dtype=args.dtype)
-    drafter = get_drafter(args.drafter, target, tokenizer)
+    target, tokenizer = or_error(error, f"--target {args.target}", load_target, args.target,
+                                 dtype=args.dtype)
+    drafter = or_error(error, f"--drafter {args.drafter}", get_drafter, args.drafter, target,
+                       tokenizer)
     rows = [row for suite in args.suites
             for row in read_jsonl(PROMPTS_DIR / f"{suite}.jsonl")[: args.n]]
     mode = "ansi" if sys.stdout.isatty() and not args.no_color else "plain"
-    try:        # the drafter's decoding.json with the command line's fields over it
-        config = replace(DecodingConfig.of(drafter).override(**flag_fields(args)),
-                         stop_token_ids=stop_ids(tokenizer))
-        said = config.describe(target, drafter)
-    except ValueError as e:
-        raise SystemExit(f"demo: {e}") from None
+    given = flag_fields(args)   # the drafter's decoding.json with the command line's fields over it
+    prompts = [chat_ids(tokenizer, row["messages"]) for row in rows]
+    config = check_decoding(error, target, drafter, given, prompts,
+                            stop_token_ids=stop_ids(tokenizer))
+    said = config.describe(target, drafter)
     B, sampled = config.resolve(drafter).block_size, config.temperature > 0
     print(introduction(B, mode, torch.get_num_threads(), str(target.dtype).replace("torch.", ""),
-                       said))
+                       said, tiny_line(target) if args.target is None else ""))
     base_t = spec_t = 0.0
     fp32 = None                                   # the target in fp32, for a bf16 parting's gap
     taus = []
@@ -110,7 +130,7 @@ def demo(args) -> None:
         taus.append(spec.tau)
         print("PROMPT:", row["messages"][-1]["content"])
         print("-" * 100)
-        print(render(tokenizer, spec.new_ids.tolist(), spec.drafted, mode))
+        print(render(tokenizer, *shown(tokenizer, spec.new_ids.tolist(), spec.drafted), mode))
         print("-" * 100)
         print(f"tokens {spec.num_new_tokens}  tau {spec.tau:.2f}  plain {1e3 * plain.tpot:.1f} ms/token  "
               f"dflash {1e3 * spec.tpot:.1f} ms/token  speedup {plain.tpot / spec.tpot:.2f}x  "
@@ -136,8 +156,9 @@ def main(argv=None) -> None:
     p.add_argument("--drafter", default=None, help="hub id or directory (default: the tiny drafter)")
     add_threads(p, more=": steadier timings on a shared machine")
     add_dtype(p)
-    p.add_argument("--no-color", action="store_true")
-    add_flags(p, skip=("record_steps",))
+    p.add_argument("--no-color", action="store_true",
+                   help="mark the drafted tokens with brackets, not colours, in a terminal too")
+    add_flags(p, skip=("record_steps",), why="the demo shows tokens, not steps")
     a = p.parse_args(argv)
     check_suites(p.error, a.suites)
-    demo(a)
+    demo(a, p.error)
