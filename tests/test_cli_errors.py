@@ -1,0 +1,235 @@
+"""A wrong value on any command is one line naming the flag and what it accepts, never a
+traceback: argparse's own line for what the value alone decides (a range, a dtype, an --out that
+cannot be written), and the same shape (``python -m minidflash <command>: error: ...``, exit
+status 2) for what only the loaded models can refuse (a block size over the drafter's, a length
+past the target's positions, --cost without a curve, a drafter folder that is not one), checked
+before any long work. And every flag of every command says what it is for."""
+
+import argparse
+import subprocess
+import sys
+from dataclasses import fields
+
+import pytest
+
+from minidflash.__main__ import COMMANDS, main
+from minidflash.config import ROOT, TrainConfig
+from minidflash.settings import FLAG_HELP, DecodingConfig
+
+FOLDER, FILE = "@folder", "@file"      # stand-ins for a folder and a file that exist (tmp_path)
+
+CASES = [   # (command line, what its one line must name)
+    # demo: parse-time
+    ("demo --n 0", "--n"),
+    ("demo --suites nope", "--suites nope"),
+    ("demo --block-size 0", "--block-size"),
+    ("demo --block-size x", "--block-size"),
+    ("demo --p-min 1.5", "--p-min"),
+    ("demo --p-min nan", "--p-min"),
+    ("demo --trust 1", "--trust"),
+    ("demo --tree 15", "--tree"),
+    ("demo --tree 500,8", "--tree"),
+    ("demo --tree 0,8", "--tree"),
+    ("demo --temperature -1", "--temperature"),
+    ("demo --temperature inf", "--temperature"),
+    ("demo --max-new-tokens 0", "--max-new-tokens"),
+    ("demo --threads 0", "--threads"),
+    ("demo --dtype fp16", "--dtype"),
+    ("demo --record-steps", "--record-steps"),
+    # demo: what the loaded models refuse, before any decode
+    ("demo --n 1 --block-size 99", "--block-size 99"),
+    ("demo --n 1 --max-new-tokens 100000", "--max-new-tokens 100000"),
+    ("demo --n 1 --drafter /nonexistent/drafter", "--drafter /nonexistent/drafter"),
+    ("demo --n 1 --drafter data/target", "--drafter data/target"),
+    ("demo --n 1 --target /nonexistent/target", "--target /nonexistent/target"),
+    ("demo --n 1 --cost", "--cost"),
+    ("demo --n 1 --trust 0.5", "--trust"),
+    ("demo --n 1 --tree 15,8 --p-min 0.3", "--p-min 0.3"),
+    # bench
+    ("bench --block-sizes 1", "--block-sizes"),
+    ("bench --block-size 99 --n 1", "--block-sizes 99"),
+    ("bench --n 1 --max-new-tokens 100000", "--max-new-tokens 100000"),
+    ("bench --n 1 --cost", "--cost"),
+    ("bench --out @folder", "--out"),
+    ("bench --out @file/x.json", "--out"),
+    ("bench --split nope", "--split"),
+    ("bench --step-times --p-min 0.3", "--p-min"),
+    ("bench --temperature abc", "--temperature"),
+    ("bench --batch-sizes 0", "--batch-sizes"),
+    ("bench --block-sizes 2 x", "--block-sizes"),
+    # misses
+    ("misses --n 1 --block-size 99", "--block-size 99"),
+    ("misses --out @folder", "--out"),
+    ("misses --p-min 2", "--p-min"),
+    ("misses --tree 15,8", "--tree"),
+    # tau-curve
+    ("tau-curve missing.pt --drafter data/drafter --suites arithmetic", "missing.pt"),
+    ("tau-curve s.pt --drafter d --max-new-tokens 0", "--max-new-tokens"),
+    ("tau-curve s.pt --drafter d --out @folder", "--out"),
+    # budget
+    ("budget cost --drafter data/drafter", "--from"),
+    ("budget cost --from @file --drafter data/drafter", "--from"),
+    ("budget cost --from nope.json --drafter data/drafter", "--from nope.json"),
+    ("budget cost --trust-weight 0.5", "--trust-weight"),
+    ("budget cost --tree 15 8", "--tree"),
+    ("budget curve --tree 15,8", "--tree"),
+    ("budget curve --max-k 1", "--max-k"),
+    ("budget curve --context 0", "--context"),
+    ("budget calibration --trust 0.5", "--trust"),
+    ("budget calibration --n 1 --suites arithmetic --block-size 99", "--block-size 99"),
+    ("budget what", "what"),
+    # llama-cpp, parity (no llama.cpp, no reference: refused before either is looked for)
+    ("llama-cpp --max-new-tokens 1", "--max-new-tokens"),
+    ("llama-cpp --n-max 0", "--n-max"),
+    ("llama-cpp --out @folder", "--out"),
+    ("parity --reference /nonexistent/dflash", "--reference"),
+    ("parity --reference @folder --fit-steps -1", "--fit-steps"),
+    ("parity --reference @folder --out @folder", "--out"),
+    # answers, prompts, suites (nothing loaded)
+    ("answers --out @file", "--out"),
+    ("answers --out x --n-math -1", "--n-math"),
+    ("answers --out x --temperature -1", "--temperature"),
+    ("answers --out x --max-new-tokens 0", "--max-new-tokens"),
+    ("answers --out x --engine llama-cpp --temperature 0.5", "--temperature"),
+    ("answers --out x --results @folder", "--results"),
+    ("prompts --kind magpie --out @folder --n 2", "--out"),
+    ("prompts --kind nope --out x.jsonl", "--kind"),
+    ("prompts --kind magpie --out x.jsonl --n 2 --temperature 0", "--temperature"),
+    ("suites --wheels w --out @file", "--out"),
+    # train: every TrainConfig field checked at parse time, before any data is made
+    ("train --steps -1", "--steps"),
+    ("train --num-layers 0", "--num-layers"),
+    ("train --lr 0", "--lr"),
+    ("train --warmup-ratio 2", "--warmup-ratio"),
+    ("train --block-size 1", "--block-size"),
+    ("train --target-layer-ids 1,x", "--target-layer-ids"),
+    ("train --gamma -1", "--gamma"),
+    ("train --eval-every 0", "--eval-every"),
+    ("train --random-anchors false", "false"),
+    ("train --out @file", "--out"),
+    ("train --n-arithmetic -5", "--n-arithmetic"),
+    ("train --regen-shards 0", "--regen-shards"),
+    # train-target, eval-target, ablations, step-profile, bench-kernel
+    ("train-target --steps -1", "--steps"),
+    ("train-target --lr 0", "--lr"),
+    ("train-target --out @file", "--out"),
+    ("train-target --eval", "--eval"),
+    ("eval-target --n 0", "--n"),
+    ("eval-target --out x", "--out"),
+    ("eval-target --n 1 --max-new-tokens 100000", "--max-new-tokens 100000"),
+    ("ablations --steps 0", "--steps"),
+    ("ablations --lr -1", "--lr"),
+    ("step-profile --tokens 1", "--tokens"),
+    ("step-profile --context 0", "--context"),
+    ("bench-kernel --out @folder", "--out"),
+]
+
+
+def one_line(err: str) -> list[str]:
+    """What stderr says is wrong: its lines that mention an error, an exception or a file of a
+    traceback. argparse's usage block is not one of them, nor a progress bar or a status line
+    (``bench: the target in float32``); the wrong value must be the only one, and the last line."""
+    lines = [line for line in err.splitlines() if line.strip()]
+    said = [line for line in lines if any(w in line for w in ("rror", "Exception", 'File "'))]
+    assert not said or said[-1] == lines[-1], err
+    return said
+
+
+@pytest.mark.parametrize("line, named", CASES, ids=[c[0] for c in CASES])
+def test_a_wrong_value_is_one_line_naming_the_flag(line, named, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    (tmp_path / "f").write_text("{}")
+    argv = [w.replace(FOLDER, str(tmp_path)).replace(FILE, str(tmp_path / "f"))
+            for w in line.split()]
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2, err
+    assert "Traceback" not in err
+    rest = one_line(err)
+    assert len(rest) == 1, err
+    assert rest[0].startswith(f"python -m minidflash {argv[0]}: error: "), err
+    assert named.replace(FOLDER, str(tmp_path)) in rest[0], err
+
+
+def test_enough_command_lines_are_tried_across_the_commands():
+    assert len(CASES) >= 50
+    decoding = {"demo", "bench", "misses", "tau-curve", "budget", "llama-cpp", "parity", "answers",
+                "eval-target"}
+    assert decoding <= {line.split()[0] for line, _ in CASES}
+
+
+def test_no_arguments_lists_the_commands_one_line_each(capsys):
+    for argv in ([], ["--help"]):
+        main(argv)
+        out = capsys.readouterr().out
+        for command in COMMANDS:
+            assert sum(line.split()[:1] == [command] for line in out.splitlines()) == 1, command
+        assert len(out.splitlines()) <= len(COMMANDS) + 5
+    with pytest.raises(SystemExit) as e:
+        main(["nope"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and "'nope'" in err
+
+
+def test_a_bug_keeps_its_traceback(monkeypatch):
+    """The last net in __main__ turns a ValueError into one line; another exception is a bug
+    and is raised as it is."""
+    from minidflash.tools.measure import demo
+
+    def broken(argv=None):
+        raise KeyError("a bug")
+    monkeypatch.setattr(demo, "main", broken)
+    with pytest.raises(KeyError):
+        main(["demo"])
+
+
+class Parsed(Exception):
+    """Raised in place of parsing: carries the command's parser."""
+
+
+def parser_of(command, monkeypatch):
+    def grab(self, args=None, namespace=None):
+        raise Parsed(self)
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", grab)
+    with pytest.raises(Parsed) as caught:
+        main([command])
+    monkeypatch.undo()
+    return caught.value.args[0]
+
+
+def test_every_flag_of_every_command_has_help(monkeypatch, capsys):
+    counted = 0
+    for command in COMMANDS:
+        parser = parser_of(command, monkeypatch)
+        for a in parser._actions:
+            if a.help == argparse.SUPPRESS or "-h" in a.option_strings:
+                continue
+            assert a.help and a.help.strip(), f"{command}: {a.option_strings or a.dest} has no help"
+            counted += 1
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        shown = capsys.readouterr().out
+        for a in parser._actions:
+            for flag in a.option_strings:
+                assert flag in shown, (command, flag)
+    assert counted > 200, counted
+
+
+def test_the_flags_come_from_the_configs_fields():
+    """One help per DecodingConfig field (its flag on every command that decodes), and every
+    TrainConfig field with its help and what it accepts."""
+    assert list(FLAG_HELP) == [f.name for f in fields(DecodingConfig) if f.name != "stop_token_ids"]
+    for f in fields(TrainConfig):
+        assert f.metadata["help"] and f.metadata["accepts"], f.name
+
+
+@pytest.mark.parametrize("argv", [
+    ["bench", "--block-size", "99", "--n", "1"],
+    ["train", "--steps", "-1"],
+])
+def test_from_a_shell_a_wrong_value_is_one_line(argv):
+    run = subprocess.run([sys.executable, "-m", "minidflash", *argv], capture_output=True,
+                         text=True, cwd=ROOT, timeout=120)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert len(one_line(run.stderr)) == 1, run.stderr
