@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, fields, replace
 import torch
 from transformers import DynamicCache
 
+from . import exact
 from .drafter import DFlashDrafter, check_fits
 from .lean import of as lean_pass, supports
 from .settings import DecodingConfig
@@ -292,15 +293,19 @@ def choose(logits: torch.Tensor, temperature: float, generator=None, hidden=None
 
 # -- the target's pass, its cache, the clock -----------------------------------------------------
 def target_pass(target, input_ids, cache, layers: bool, final: bool, logits_to_keep: int = 0,
-                lean: bool = False, **kwargs):
+                lean: bool = False, exact: int = 0, **kwargs):
     """One target pass over input_ids (N, T) with the KV cache: (logits, hidden_states, final).
 
     layers: every layer's hidden states (the drafter's features), else None. final: the last
     norm's output at the kept positions (N, T', H), for ``greedy_choice``, else None. Plain
     decoding asks for the final state only: the base model runs and the lm_head is applied
     here, as the causal-LM class applies it, without keeping every layer's states. lean: the
-    same numbers through lean.py (kwargs: attention_mask, position_ids).
+    same numbers through lean.py (kwargs: attention_mask, position_ids). exact: exact mode's W
+    (``exact_pass``); 0 off.
     """
+    if exact:
+        return exact_pass(target, input_ids, cache, layers, final, logits_to_keep, lean, exact,
+                          **kwargs)
     if lean:
         return lean_pass(target)(input_ids, cache, layers, final, logits_to_keep, **kwargs)
     if layers or not final:
@@ -313,6 +318,46 @@ def target_pass(target, input_ids, cache, layers: bool, final: bool, logits_to_k
     h = body(input_ids=input_ids, **cache_kwargs(body, cache), **kwargs).last_hidden_state
     h = h[:, -logits_to_keep:] if logits_to_keep else h                      # (N, T', H)
     return target.get_output_embeddings()(h), None, h
+
+
+def exact_pass(target, input_ids, cache, layers: bool, final: bool, logits_to_keep: int,
+               lean: bool, rows: int, attention_mask=None, position_ids=None):
+    """``target_pass`` in exact mode (exact.py): a token's logits the same bits whichever pass
+    computes it. After the prefill every pass has ``rows`` rows, the real ones first and padding
+    after them (their keys cropped from the cache afterwards); attention is
+    ``exact.invariant_attention``; a batch runs one row at a time, each row's pass the one a batch
+    of one makes (its cache without the batch's holes), its new keys put back in the batch's
+    cache."""
+    N, T = input_ids.shape
+    past = cache.get_seq_length()
+    if N > 1:
+        def run(ids, row_cache, pos):
+            return exact_pass(target, ids, row_cache, layers, final, logits_to_keep, lean, rows,
+                              position_ids=pos)
+        return exact.one_row_at_a_time(run, input_ids, cache, attention_mask, position_ids,
+                                       logits_to_keep)
+    if past and T > rows:
+        raise ValueError(f"exact mode runs every pass on {rows} rows, and this one has {T}: "
+                         f"give exact a width of at least the block size or tree nodes + 1.")
+    pad = rows - T if past else 0
+    ids, pos, mask = exact.padded(input_ids, past, pad, position_ids, attention_mask)
+    keep = logits_to_keep if not pad else 0
+    if lean:
+        out = lean_pass(target)(ids, cache, layers, final, keep, attention_mask=mask,
+                                position_ids=pos, exact=True)
+    else:
+        with exact.invariant(target):
+            out = target_pass(target, ids, cache, layers, final, keep, attention_mask=mask,
+                              position_ids=pos)
+    if not pad:
+        return out
+    crop_cache(cache, past + T)
+    logits, states, last = (None if x is None else x[:, :T] for x in (out[0], None, out[2]))
+    states = None if out[1] is None else tuple(h[:, :T] for h in out[1])
+    if logits_to_keep:
+        logits = logits[:, -logits_to_keep:]
+        last = None if last is None else last[:, -logits_to_keep:]
+    return logits, states, last
 
 
 def crop_cache(cache: DynamicCache, length: int) -> None:

@@ -22,6 +22,9 @@ stops. A drafter's ``decoding.json`` loads into one (``DecodingConfig.of(drafter
     record_steps    keep every step's drafts and the target's choices (a chain's)
     lean            the target's passes through lean.py (packed weights, one loop over the
                     layers; the same numbers): None where the target supports it, else off
+    exact           exact mode (exact.py): every target pass after the prefill EXACT_ROWS rows
+                    and an attention reduced in index order, so a token's logits are the same
+                    bits whichever pass computes it: greedy output equals plain/exact's
 
 Two rules hold between fields. A tree has no cut and records no steps, so a call that asks for
 ``p_min`` or ``record_steps`` over a drafter's default tree gets a chain (``describe`` says so);
@@ -33,7 +36,7 @@ The text of a config (``str(config)``, ``DecodingConfig.parse``) is the bench's 
 the results files' keys: ``plain``, ``dflash[:B]``, ``tree[:B]/nN/topK``, then any of ``/pP``
 (the cut), ``/cost``, ``/trustW``, ``/T0.7`` (temperature), ``/argmax`` (fp32_ties off),
 ``/steps`` (record_steps), ``/nolean`` (``/lean`` asks for it where a target could refuse; a
-config prints nothing for it on). The length and the stops belong to the call and are not in the
+config prints nothing for it on), ``/exact``. The length and the stops belong to the call and are not in the
 text.
 """
 
@@ -52,8 +55,9 @@ from .verify_cost import VerifyCost
 # a smaller T is refused with "use temperature=0" (greedy, the limit T -> 0).
 MIN_TEMPERATURE = 1e-4
 MAX_TREE_NODES = 128       # a verify pass over more nodes costs more than any path can repay
+EXACT_ROWS = 16            # W: exact mode's rows a pass, one for every decode so that all agree
 TEXT_FIELDS = ("block_size", "p_min", "cost", "trust", "tree", "temperature", "fp32_ties",
-               "record_steps", "lean")      # a method's text names these; the rest belong to the call
+               "record_steps", "lean", "exact")   # a method's text names these; the rest the call's
 FILE_FIELDS = ("block_size", "p_min", "cost", "trust", "tree", "temperature", "fp32_ties")
 
 
@@ -115,6 +119,7 @@ class DecodingConfig:
     fp32_ties: bool = True
     record_steps: bool = False
     lean: bool | None = None
+    exact: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "stop_token_ids", as_stop_ids(self.stop_token_ids))
@@ -149,7 +154,7 @@ class DecodingConfig:
         if 0 < t < MIN_TEMPERATURE:
             raise ValueError(f"temperature {t!r} is below {MIN_TEMPERATURE:g}, where logits / T "
                              f"overflow: use temperature=0 for greedy (the limit as T -> 0).")
-        for name in ("fp32_ties", "record_steps"):
+        for name in ("fp32_ties", "record_steps", "exact"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}.")
         if not (self.lean is None or isinstance(self.lean, bool)):
@@ -159,6 +164,19 @@ class DecodingConfig:
             raise ValueError("p_min and record_steps are a chain's: a tree has no cut and records "
                              "no steps. Pass tree=False with them (a drafter's default tree gives "
                              "way to them by itself).")
+        if self.exact and b is not None and b > EXACT_ROWS:
+            raise ValueError(f"exact mode runs every pass on {EXACT_ROWS} rows: block_size {b} "
+                             f"does not fit; use a block size of at most {EXACT_ROWS}.")
+        if self.exact and isinstance(self.tree, dict) and self.tree["node_budget"] >= EXACT_ROWS:
+            raise ValueError(f"exact mode runs every pass on {EXACT_ROWS} rows: a tree of "
+                             f"{self.tree['node_budget']} nodes and its root do not fit; use at "
+                             f"most {EXACT_ROWS - 1} nodes.")
+
+    @property
+    def rows(self) -> int:
+        """The rows of every target pass after the prefill: EXACT_ROWS in exact mode, else 0
+        (each pass its own)."""
+        return EXACT_ROWS if self.exact else 0
 
     # -- where a config comes from ------------------------------------------------------------
     @classmethod
@@ -218,7 +236,8 @@ class DecodingConfig:
         text += f"/T{self.temperature:g}" if self.temperature else ""
         text += "" if self.fp32_ties else "/argmax"
         text += "/steps" if self.record_steps else ""
-        return text + ("/nolean" if self.lean is False else "")   # lean on: the default, unsaid
+        text += "/nolean" if self.lean is False else ""           # lean on: the default, unsaid
+        return text + ("/exact" if self.exact else "")
 
     @classmethod
     def parse(cls, text: str, **call) -> "DecodingConfig":
@@ -232,20 +251,21 @@ class DecodingConfig:
                 kind == "plain" and B):
             raise ValueError(f"{text!r} is not a decoding: plain, dflash[:B] or tree[:B]/nN/topK, "
                              f"then /pP /cost /trustW /T<temperature> /argmax /steps /lean /nolean "
-                             f"as wanted.")
+                             f"/exact as wanted.")
         f = {"block_size": 1} if kind == "plain" else {"block_size": int(B)} if B else {}
         if kind == "dflash":
             f["tree"] = None                            # a chain
         tree, named = {}, {}
         for opt in opts:
             key = next((k for k in ("cost", "argmax", "steps", "trust", "top", "p", "nolean",
-                                    "n", "lean", "T") if opt.startswith(k)), None)
+                                    "n", "lean", "exact", "T") if opt.startswith(k)), None)
             value = opt[len(key or ""):]
             try:
                 if key in ("lean", "nolean") and not value:
                     name, v = "lean", key == "lean"
-                elif key in ("cost", "argmax", "steps") and not value:
-                    name = {"cost": "cost", "argmax": "fp32_ties", "steps": "record_steps"}[key]
+                elif key in ("cost", "argmax", "steps", "exact") and not value:
+                    name = {"cost": "cost", "argmax": "fp32_ties", "steps": "record_steps",
+                            "exact": "exact"}[key]
                     v = key != "argmax"
                 elif key in ("n", "top"):
                     name, v = "node_budget" if key == "n" else "top_k", int(value)
@@ -255,7 +275,7 @@ class DecodingConfig:
             except (KeyError, ValueError):
                 raise ValueError(f"{text!r}: option {opt!r} is not one of pP (the cut), cost, "
                                  f"trustW, nN and topK (a tree), T<temperature>, argmax, "
-                                 f"steps, lean, nolean.") from None
+                                 f"steps, lean, nolean, exact.") from None
             if name in named:
                 raise ValueError(f"{text!r}: options {named[name]!r} and {opt!r} both set "
                                  f"{name}: give each option once.")
@@ -390,11 +410,13 @@ FLAG_HELP = {   # a field's help on every command that decodes (add_flags); the 
     "fp32_ties": "a bf16 target's greedy near-ties decided in fp32 (--no-fp32-ties: argmax)",
     "record_steps": "keep every step's drafts and the target's choices",
     "lean": "the target's passes through lean.py (--no-lean: transformers' forward)",
+    "exact": "exact mode (exact.py): every pass on the same rows, so a bf16 target's greedy "
+             "output is plain decoding's bit for bit",
 }
 METAVARS = {"max_new_tokens": "N", "block_size": "B", "p_min": "P", "trust": "W", "tree": "N,K",
             "temperature": "T"}
 FLAG_DEFAULT = {"max_new_tokens": "256", "temperature": "0", "fp32_ties": "on",
-                "record_steps": "off", "lean": "where the target supports it"}
+                "record_steps": "off", "lean": "where the target supports it", "exact": "off"}
 
 
 def tree_flag(text: str):
@@ -451,7 +473,7 @@ def add_flags(parser, skip=(), defaults=None, why: str = "", only=None) -> None:
             continue
         said = defaults.get(name, FLAG_DEFAULT.get(name, "the drafter's"))
         kw = dict(default=defaults.get(name), help=f"{text} (default {said})")
-        if name in ("cost", "fp32_ties", "record_steps", "lean"):
+        if name in ("cost", "fp32_ties", "record_steps", "lean", "exact"):
             group.add_argument("--" + name.replace("_", "-"),
                                action=argparse.BooleanOptionalAction, **kw)
         else:

@@ -184,7 +184,7 @@ def tree_generate(target, drafter, input_ids: torch.Tensor, cfg: DecodingConfig,
     # 1. Prefill: the target reads the prompt; its first token and its features.
     t0, cache = clock(device), DynamicCache()
     logits, states, last = target_pass(target, input_ids, cache, True, head is not None, 1,
-                                       lean=cfg.lean)
+                                       lean=cfg.lean, exact=cfg.rows)
     ragged.check_cache(cache)                    # kept columns are gathered: full attention only
     token = int(choose(logits[:, -1:], T, generator, last, head)[0, 0])
     hidden = target_features(states, layers)                                  # (1, S, L_f*H)
@@ -217,7 +217,8 @@ def tree_generate(target, drafter, input_ids: torch.Tensor, cfg: DecodingConfig,
         pos = start + torch.cat([tree.depths.new_zeros(1), tree.depths])[None]  # (1, 1+n)
         mask = tree_attention_mask(tree.parents, start, target.dtype)           # (1, 1, 1+n, S+1+n)
         logits, states, last = target_pass(target, ids, cache, True, head is not None,
-                                           lean=cfg.lean, position_ids=pos, attention_mask=mask)
+                                           lean=cfg.lean, exact=cfg.rows,
+                                           position_ids=pos, attention_mask=mask)
         te = clock(device)
         # 4. Accept a path, keep its columns; its features are the drafter's next context.
         path, token = accept_tree(tokens, tree.parents, logits[0], T, generator,

@@ -129,7 +129,7 @@ def speculative_generate(target, drafter, input_ids: torch.Tensor,
     # 1. Prefill: the target reads the prompt once; its first token and its features.
     t0, cache = clock(device), DynamicCache()
     logits, states, last = target_pass(target, input_ids, cache, B > 1, head is not None, 1,
-                                       lean=cfg.lean)
+                                       lean=cfg.lean, exact=cfg.rows)
     token = choose(logits[:, -1:], T, generator, last, head)[:, 0]            # (1,)
     hidden = target_features(states, layers) if B > 1 else None               # (1, S, L_f*H)
     draft_cache = drafter.new_cache() if B > 1 else None
@@ -156,7 +156,7 @@ def speculative_generate(target, drafter, input_ids: torch.Tensor,
         tv = clock(device)
         pos = torch.arange(start, start + block.shape[1], device=device)[None]
         logits, states, last = target_pass(target, block, cache, B > 1, head is not None,
-                                           lean=cfg.lean, position_ids=pos)
+                                           lean=cfg.lean, exact=cfg.rows, position_ids=pos)
         te = clock(device)
         # 4. Accept the longest agreeing prefix, plus the target's bonus token.
         a, committed, choice = accept(block, logits, T, generator, last, head)
@@ -231,7 +231,7 @@ def speculative_generate_batch(target, drafter, input_ids: torch.Tensor,
     # 1. Prefill every row; padding columns are holes from the start.
     t0, cache = clock(device), DynamicCache()
     logits, states, last = target_pass(target, input_ids, cache, B > 1, head is not None, 1,
-                                       lean=cfg.lean, attention_mask=mask.long(),
+                                       lean=cfg.lean, exact=cfg.rows, attention_mask=mask.long(),
                                        position_ids=ragged.prompt_positions(mask))
     ragged.check_cache(cache)
     token = choose(logits[:, -1:], T, generator, last, head)[:, 0]            # (N,)
@@ -271,7 +271,7 @@ def speculative_generate_batch(target, drafter, input_ids: torch.Tensor,
         pos = start[:, None] + torch.arange(W, device=device)                # (n, W)
         visible = torch.cat([valid, valid.new_ones(n, W)], 1)                 # (n, L + W)
         logits, states, last = target_pass(target, block, cache, B > 1, head is not None,
-                                           lean=cfg.lean, attention_mask=visible.long(),
+                                           lean=cfg.lean, exact=cfg.rows, attention_mask=visible.long(),
                                            position_ids=pos)
         te = clock(device)
         # 4. Accept per row (at most its own m); keep t, d_1..d_a, crop what no row kept, compact.

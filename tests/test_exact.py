@@ -155,3 +155,96 @@ def test_a_tree_row_is_plain_decodings_row(target, prompt_len):
         seq = [tokens[0, 0].item()] + [tokens[0, 1 + q].item() for q in reversed(path)]
         want = plain_rows(target, run, copy.deepcopy(cache), seq, prompt_len)
         assert torch.equal(tree[0, 1 + node], want), node
+
+
+# -- exact mode in the decode loops: the shipped tiny target and drafter --------------------------
+
+@pytest.fixture(scope="module", params=["float32", "bfloat16"])
+def shipped(request):
+    from minidflash.drafter import load_drafter
+    from minidflash.target import chat_ids, load_target
+    from minidflash.tools.common import suite_prompts
+    target, tok = load_target(dtype=request.param)
+    prompts = [chat_ids(tok, p["messages"]) for s, i in (("arithmetic", 1), ("arithmetic", 3),
+                                                         ("code", 2))
+               for p in [suite_prompts(s, "dev")[i]]]
+    return target, load_drafter(target=target), prompts
+
+
+METHODS = {"dflash": {}, "dflash:4": {"block_size": 4}, "dflash:8": {"block_size": 8},
+           "tree n15/top8": {"tree": {"node_budget": 15, "top_k": 8}},
+           "dflash, transformers' forward": {"lean": False},
+           "tree n7/top4, transformers' forward": {"lean": False,
+                                                   "tree": {"node_budget": 7, "top_k": 4}}}
+
+
+def test_every_decoding_is_plain_decoding_token_for_token(shipped):
+    """Greedy: chain at 16, 4 and 8, trees, the lean pass and transformers' forward, all the
+    same tokens as plain decoding in exact mode, in bf16 as in fp32 (the lossless tests' bf16
+    twin: there the arithmetic is not exact, and exact mode makes it agree)."""
+    from minidflash.verifier import speculative_generate
+    target, drafter, prompts = shipped
+    for ids in prompts:
+        want = speculative_generate(target, None, ids, max_new_tokens=64, exact=True).new_ids
+        for name, kw in METHODS.items():
+            got = speculative_generate(target, drafter, ids, max_new_tokens=64, exact=True, **kw)
+            assert torch.equal(got.new_ids, want), name
+
+
+def test_a_batch_row_is_its_batch_of_one(shipped):
+    from minidflash.batch import left_pad
+    from minidflash.verifier import speculative_generate, speculative_generate_batch
+    target, drafter, prompts = shipped
+    ids, mask = left_pad([p[0].tolist() for p in prompts])
+    rows = speculative_generate_batch(target, drafter, ids, attention_mask=mask,
+                                      max_new_tokens=64, exact=True)
+    for p, row in zip(prompts, rows):
+        want = speculative_generate(target, None, p, max_new_tokens=64, exact=True).new_ids
+        assert torch.equal(row.new_ids, want)
+
+
+@pytest.mark.parametrize("shipped", ["bfloat16"], indirect=True)
+def test_sdpa_in_exact_modes_place_parts_a_decode(shipped, monkeypatch):
+    """The planted bug at the loop's level: the library's attention back in exact mode's passes,
+    and a bf16 decode parts from plain decoding (in fp32 the rows part too, test_sdpa_in_its_
+    place_parts_them, but on these prompts no greedy choice turns)."""
+    from minidflash.verifier import speculative_generate
+    target, drafter, prompts = shipped
+    want = [speculative_generate(target, None, p, max_new_tokens=64, exact=True).new_ids
+            for p in prompts]
+    monkeypatch.setattr(lean, "invariant_attention", lambda q, k, v, mask, scaling:
+                        lean.attend(q, k, v, mask, scaling) if q.dtype == torch.bfloat16
+                        else sdpa(q, k, v, mask, scaling))
+    got = [speculative_generate(target, drafter, p, max_new_tokens=64, exact=True).new_ids
+           for p in prompts]
+    assert not all(torch.equal(g, w) for g, w in zip(got, want))
+
+
+@pytest.mark.parametrize("path", ["plain", "chain", "tree", "batch"])
+def test_every_loop_runs_fixed_passes_when_on_and_only_then(path, monkeypatch):
+    """Exact mode reaches every loop: each pass after the prefill has W rows and the invariant
+    attention; off, none has (the lean pass is where both show: its rows and its flag)."""
+    from minidflash.verifier import speculative_generate, speculative_generate_batch
+    from tests.helpers import random_drafter
+    target = tiny_target(5, vocab=89, layers=3)
+    drafter = random_drafter(target, 5, block_size=4)
+    ids = torch.randint(0, 88, (1, 9), generator=torch.Generator().manual_seed(2))
+    seen, real = [], lean.LeanTarget.__call__
+    monkeypatch.setattr(lean.LeanTarget, "__call__", lambda self, ids, *a, **k: seen.append(
+        (ids.shape[1], k.get("exact", False))) or real(self, ids, *a, **k))
+    extra = {"plain": dict(block_size=1), "chain": {}, "tree": dict(
+        tree={"node_budget": 6, "top_k": 2}), "batch": {}}[path]
+
+    def decode(**fields):
+        if path == "batch":
+            return speculative_generate_batch(target, drafter, ids.repeat(2, 1), **extra,
+                                              **fields)[0]
+        return speculative_generate(target, drafter, ids, **extra, **fields)
+
+    on = decode(max_new_tokens=12, exact=True)
+    assert on.config.exact is True and seen and all(e for _, e in seen)
+    assert all(rows == W for rows, _ in seen[(2 if path == "batch" else 1):])   # after the prefill
+    seen.clear()
+    off = decode(max_new_tokens=12)
+    assert off.config.exact is False and seen and not any(e for _, e in seen)
+    assert any(rows < W for rows, _ in seen)

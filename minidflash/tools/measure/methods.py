@@ -84,6 +84,7 @@ class Method(NamedTuple):
                       dict(m.over).get("fp32_ties") is False)
     nodes = property(lambda m: m.config.tree["node_budget"] if m.kind == "tree" and m.config
                      and isinstance(m.config.tree, dict) else None)
+    exact = property(lambda m: m.config.exact if m.config else dict(m.over).get("exact", False))
 
 
 def parse(spec: str) -> Method:
@@ -128,8 +129,6 @@ def parse(spec: str) -> Method:
                      if getattr(config, f) != getattr(DecodingConfig(), f))
         return Method(kind, None, None, path or None, dtype, over)
     block = 1 if kind == "plain" else (int(k) if k else None)
-    if config is not None and config.trust is not None and not config.cost:
-        raise ValueError(f"method {spec!r}: /trustW corrects the cost model's q; add /cost")
     if config is not None and config.trust is not None and kind == "tree":
         raise ValueError(f"method {spec!r}: /trustW corrects a chain's q, not a tree's")
     return Method(kind, block, config, path or None, dtype)
@@ -162,12 +161,12 @@ def load_targets(target, specs) -> dict:
 
 
 def reference(spec: str, specs) -> str:
-    """The plain decoding a method's output is held against: plain in the method's dtype and
-    argmax setting when the run has it, else "plain"."""
+    """The plain decoding a method's output is held against: plain in the method's dtype, argmax
+    setting and exact mode when the run has it, else "plain"."""
     m = parse(spec)
     for other in specs:
         o = parse(other)
-        if o.kind == "plain" and (o.dtype, o.argmax) == (m.dtype, m.argmax):
+        if o.kind == "plain" and (o.dtype, o.argmax, o.exact) == (m.dtype, m.argmax, m.exact):
             return other
     return "plain"
 
