@@ -129,7 +129,7 @@ def test_method_names_are_checked():
     for spec in ("dflash:8/p0.3/cost", "tree:8/n15/top2/cost", "plain/argmax", "dflash:4/T0.7"):
         assert str(methods.parse(spec).config) == spec               # the text round-trips
     for bad, why in (("ar", "needs a number"), ("medusa:4", "unknown method"),
-                     ("dflash:8/trust0.3", "add /cost"),
+                     ("dflash:8/trust0.3", "trust needs cost"),
                      ("dflash:8/q3", "not one of pP"), ("tree:16/n24", "nodes and its candidates"),
                      ("dflash:8/n4", "are a tree's"), ("generate/p0.3", "lookup:k or generate"),
                      ("tree:8/n15/top2/cost/trust0.2", "not a tree's"),

@@ -43,9 +43,10 @@ def test_calibration_counts_each_reached_slot_once(tiny):
     for row in rows:
         out = speculative_generate(target, drafter, chat_ids(tokenizer, row["messages"]),
                                    max_new_tokens=40, block_size=8,
-                                   stop_token_ids=stop_ids(tokenizer), p_min=0.0)
-        steps += len(out.acceptance_lengths)
-        for a in (n - 1 for n in out.acceptance_lengths):
+                                   stop_token_ids=stop_ids(tokenizer), p_min=0.0,
+                                   record_steps=True)
+        steps += len(out.steps)
+        for a in (step["accepted"] for step in out.steps):   # what the pass reached, not the cut
             reached += min(a + 1, 7)
             accepted += a
     assert sum(cal["reached"]) == reached and sum(cal["accepted"]) == accepted

@@ -28,13 +28,16 @@ def test_the_steps_it_sorts_are_the_decode_s_steps():
     tiny_drafter = load_drafter(TINY_DRAFTER_DIR, target=model)
     rows = common.read_jsonl(PROMPTS_DIR / "code.jsonl")[:2]
     r = misses.misses(model, tok, tiny_drafter, rows, 48)
-    lengths = []
+    lengths, committed = [], []
     for row in rows:
-        lengths += speculative_generate(model, tiny_drafter, chat_ids(tok, row["messages"]),
-                                        max_new_tokens=48, stop_token_ids=stop_ids(tok)).acceptance_lengths
+        out = speculative_generate(model, tiny_drafter, chat_ids(tok, row["messages"]),
+                                   max_new_tokens=48, stop_token_ids=stop_ids(tok),
+                                   record_steps=True)
+        lengths += [step["accepted"] + 1 for step in out.steps]   # what each pass accepted
+        committed += out.acceptance_lengths                        # what it kept, after the cut
     assert r["steps"] == len(lengths) == sum(k["steps"] for k in r["kinds"].values())
     assert r["first_slot_rejected"] == lengths.count(1) == sum(k["missed"] for k in r["kinds"].values())
-    assert r["tau"] == pytest.approx(sum(lengths) / len(lengths))
+    assert r["tau"] == pytest.approx(sum(committed) / len(committed))
     words = r["kinds"]["word in question"]["missed"], r["kinds"]["other word"]["missed"]
     assert min(words) > 0                      # both kinds of word occur in these two prompts
     assert sum(n for _, n in r["missed_words"]) == sum(words)
