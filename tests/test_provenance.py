@@ -30,7 +30,8 @@ def test_the_line_names_each_part_and_says_what_is_missing():
 def test_a_written_file_carries_its_provenance(tmp_path, monkeypatch):
     """``bench --step-times --load shared --out F``: F holds the machine, the dtype, the drafter's
     weights' sha256 (the same as the test helpers compute) and the load; the line reads them."""
-    monkeypatch.setattr(bench, "step_times", lambda target, drafter, context=512, repeats=20: {
+    monkeypatch.setattr(bench, "step_times", lambda target, drafter, context=512, repeats=20,
+                        lean=None: {
         "prefill_ms": 5.0, "decode_ms": 2.0, **{f"{k}_{B}_ms": 3.0 for k in ("verify", "draft")
                                                 for B in (4, 8, 16)}})
     path = tmp_path / "t.json"
