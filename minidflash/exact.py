@@ -45,13 +45,13 @@ def invariant_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask,
     fp32; the output (N, T, H, D) in q's dtype, as transformers' attention functions return it.
 
     A row's keys, the columns it sees in column order, are numbered 0, 1, ... (its *dense*
-    positions; the last is the row's own key). Block b holds dense positions bC .. bC + C - 1, and
-    the row's sums are its blocks' partial sums added in order. A chain's rows see a prefix of the
-    columns, so dense position = column. A tree's node sees the cache, then its ancestors and
-    itself scattered over the pass's columns: those are its last keys, within its last two
-    blocks. So every row takes its last two blocks by its own dense positions (gathered, and
-    multiplied by their values row by row) and the blocks before them from the columns (all rows
-    in one product a block): a row's bits follow its keys, not the pass.
+    positions; the last is its own). Block b holds dense positions bC .. bC + C - 1; a block's
+    partial sums are one (G*T, C) x (C, D) product for all rows, and a row adds its blocks in
+    order. A chain's rows see a prefix of the columns, so dense position = column: the blocks are
+    the columns'. A tree's node sees the cache, then its ancestors and itself scattered over the
+    pass's columns, all within its last two blocks: those two are gathered by dense position and
+    taken through the same product, one for each row, so its bits are those of a chain's row
+    with the same keys.
     """
     N, H, T, D = q.shape
     Hk, L = k.shape[1], k.shape[2]
@@ -61,42 +61,63 @@ def invariant_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask,
         mask = torch.ones(T, L, dtype=torch.bool, device=q.device).tril(L - T)[None, None]
     elif mask.dtype != torch.bool:
         mask = mask == 0
-    see = mask[:, 0].expand(N, T, L)                                     # (N, T, L)
+    see = F.pad(mask[:, 0].expand(N, T, L), (0, nb * C - L))            # (N, T, nb*C)
+    kb = F.pad(k.float(), (0, 0, 0, nb * C - L)).view(N, Hk, nb, C, D)
+    vb = F.pad(v.float(), (0, 0, 0, nb * C - L)).view(N, Hk, nb, C, D)
+    s = (q.float().reshape(N, Hk, 1, R, D) @ kb.transpose(-1, -2)) * scaling   # (N, Hk, nb, R, C)
+    blocks_see = see.view(N, T, nb, C).transpose(1, 2)[:, None, :, None]       # (N, 1, nb, 1, T, C)
+    s = s.view(N, Hk, nb, G, T, C).masked_fill(~blocks_see, float("-inf"))
+    p = torch.exp(s - s.amax(dim=(2, 5), keepdim=True)).view(N, Hk, nb, R, C)  # unseen: 0
+    l_b, o_b = p.sum(-1), p @ vb                                         # (N, Hk, nb, R), (.., D)
     count = see.sum(-1)                                                  # (N, T) keys a row sees
-    last = (count - 1) // C                                              # (N, T) its own key's block
-    # every (row, column): scores, the max (exact in any order), exponentials; unseen: exactly 0
-    s = (q.float().reshape(N, Hk, R, D) @ k.float().transpose(-1, -2)) * scaling   # (N, Hk, R, L)
-    s = s.view(N, Hk, G, T, L).masked_fill(~see[:, None, None], float("-inf")).view(N, Hk, R, L)
-    p = F.pad(torch.exp(s - s.amax(-1, keepdim=True)), (0, nb * C - L))   # (N, Hk, R, nb*C)
-    vb = F.pad(v.float(), (0, 0, 0, nb * C - L))                        # (N, Hk, nb*C, D)
-    # the blocks as columns: one (R, C) x (C, D) product a block
-    l_all = p.view(N, Hk, R, nb, C).sum(-1)                              # (N, Hk, R, nb)
-    o_all = p.view(N, Hk, R, nb, C).transpose(2, 3) @ vb.view(N, Hk, nb, C, D)  # (N, Hk, nb, R, D)
-    # each row's last two blocks by its dense positions: the column holding each
-    dense = (last[..., None] - 1) * C + torch.arange(2 * C, device=q.device)     # (N, T, 2C)
+    if not bool((see == (torch.arange(nb * C, device=q.device) < count[..., None])).all()):
+        l_b, o_b = last_two_blocks(p, vb, see, count, l_b, o_b, G)       # a tree's pass
+    l, o = in_order(l_b), in_order(o_b)                                  # (N, Hk, R), (.., D)
+    return (o / l[..., None]).reshape(N, H, T, D).transpose(1, 2).to(q.dtype)
+
+
+def in_order(x: torch.Tensor) -> torch.Tensor:
+    """x (N, Hk, nb, ...) summed over its blocks one after the other: ((x0 + x1) + x2) + ...
+    (a block of zeros after a row's last leaves its sum as it was)."""
+    out = x[:, :, 0].clone()
+    for b in range(1, x.shape[2]):
+        out += x[:, :, b]
+    return out
+
+
+def last_two_blocks(p, vb, see, count, l_b, o_b, G: int):
+    """The block sums of a pass whose rows do not see a prefix of the columns: each row's last
+    two blocks by its dense positions (its keys gathered in order), through the (G*T, C) x (C, D)
+    product of every other block, one product a row; the blocks after them zero."""
+    N, Hk, nb, R, C = p.shape
+    T, D = R // G, vb.shape[-1]
+    last = (count - 1) // C                                              # (N, T) own key's block
+    dense = (last[..., None] - 1) * C + torch.arange(2 * C, device=p.device)   # (N, T, 2C)
     valid = (dense >= 0) & (dense < count[..., None])
-    prefix = bool((see == (torch.arange(L, device=q.device) < count[..., None])).all())
-    cols = dense.clamp(min=0) if prefix else torch.searchsorted(
-        see.cumsum(-1, dtype=torch.int32), (dense + 1).to(torch.int32).clamp(min=1))
-    cols = cols.clamp(max=nb * C - 1)
-    p_tail = p.view(N, Hk, G, T, nb * C).gather(-1, cols[:, None, None].expand(N, Hk, G, T, 2 * C))
+    cols = torch.searchsorted(see.cumsum(-1, dtype=torch.int32),        # the column of each
+                              (dense + 1).clamp(min=1).to(torch.int32)).clamp(max=nb * C - 1)
+    rows = rearrange(p, "N h b (g t) c -> N h g t (b c)", g=G)
+    p_tail = rows.gather(-1, cols[:, None, None].expand(N, Hk, G, T, 2 * C))
     p_tail = p_tail.masked_fill(~valid[:, None, None], 0.0).view(N, Hk, G, T, 2, C)
-    v_tail = vb.gather(2, cols.reshape(N, 1, T * 2 * C, 1).expand(N, Hk, T * 2 * C, D))
-    l_tail = p_tail.sum(-1)                                              # (N, Hk, G, T, 2)
-    o_tail = p_tail.permute(0, 1, 3, 4, 2, 5) @ v_tail.view(N, Hk, T, 2, C, D)  # (N, Hk, T, 2, G, D)
-    # a row's sums: the blocks before its last two from the columns, those two its own, in order
-    before = torch.arange(nb, device=q.device) < last[..., None] - 1   # (N, T, nb)
-    before = before[:, None, None].expand(N, 1, G, T, nb).reshape(N, 1, R, nb)
-    at = (last[..., None] - 1 + torch.arange(2, device=q.device)).clamp(min=0)  # (N, T, 2)
-    at = at[:, None, None].expand(N, Hk, G, T, 2).reshape(N, Hk, R, 2)
-    l_tail = l_tail.reshape(N, Hk, R, 2)
-    o_tail = o_tail.permute(0, 1, 4, 2, 3, 5).reshape(N, Hk, R, 2, D)
-    l_all = l_all.masked_fill(~before, 0.0).scatter_add(-1, at, l_tail)
-    o_all = o_all.transpose(2, 3).masked_fill(~before[..., None], 0.0).scatter_add(
-        -2, at[..., None].expand(N, Hk, R, 2, D), o_tail)                # (N, Hk, R, nb, D)
-    l = l_all.cumsum(-1)[..., -1]                                        # (N, Hk, R): in order
-    o = o_all.cumsum(-2)[..., -1, :] / l[..., None]                      # (N, Hk, R, D)
-    return o.reshape(N, H, T, D).transpose(1, 2).to(q.dtype)
+    v_tail = vb.view(N, Hk, nb * C, D).gather(
+        2, cols.reshape(N, 1, T * 2 * C, 1).expand(N, Hk, T * 2 * C, D)).view(N, Hk, T, 2, C, D)
+    own = torch.eye(T, dtype=torch.bool, device=p.device)                # row t's product: its rows
+    a = torch.where(own[None, None, :, None, None, :, None],             # (N, Hk, T, 2, G, T, C)
+                    rearrange(p_tail, "N h g t k c -> N h 1 k g t c"), 0.0)
+    out = a.view(N, Hk, T, 2, R, C) @ v_tail                             # (N, Hk, T, 2, R, D)
+    out = out.view(N, Hk, T, 2, G, T, D).diagonal(dim1=2, dim2=5)        # (N, Hk, 2, G, D, T)
+    o_tail = rearrange(out, "N h k g D t -> N h k (g t) D")
+    l_tail = rearrange(p_tail.sum(-1), "N h g t k -> N h k (g t)")
+    before = torch.arange(nb, device=p.device) < last[..., None] - 1   # (N, T, nb)
+    before = before.transpose(1, 2)[:, None, :, None].expand(N, 1, nb, G, T).reshape(N, 1, nb, R)
+    at = (last[:, None] - 1 + torch.arange(2, device=p.device)[:, None]).clamp(min=0)  # (N, 2, T)
+    at = at[:, None, :, None].expand(N, Hk, 2, G, T).reshape(N, Hk, 2, R)
+    first = (last > 0)[:, None, None].expand(N, 1, G, T).reshape(N, 1, 1, R)  # block -1: none
+    keep = torch.cat([first, torch.ones_like(first)], 2)
+    l_b = l_b.masked_fill(~before, 0.0).scatter_add(2, at, l_tail.masked_fill(~keep, 0.0))
+    o_b = o_b.masked_fill(~before[..., None], 0.0).scatter_add(
+        2, at[..., None].expand(N, Hk, 2, R, D), o_tail.masked_fill(~keep[..., None], 0.0))
+    return l_b, o_b
 
 
 def transformers_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
