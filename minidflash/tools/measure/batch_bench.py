@@ -38,24 +38,27 @@ PAPER_CONCURRENCY = {"setting": "SGLang, B200, Qwen3-8B, MATH-500 (tau 8.01)",
                      "speedup": [5.1, 4.5, 4.5, 3.9, 2.8]}
 
 
-def decode_batch(target, drafter, prompts, block_size, max_new_tokens, stops, batched=None):
-    """(new tokens summed over rows, decode seconds, rows' outputs, rows' tau) of one batch."""
+def decode_batch(target, drafter, prompts, block_size, max_new_tokens, stops, batched=None,
+                 exact: bool = False):
+    """(new tokens summed over rows, decode seconds, rows' outputs, rows' tau) of one batch
+    (exact: in exact mode, where a batch's rows are its batch of one's, bit for bit)."""
     draft = drafter if block_size > 1 else None
     if len(prompts) == 1 and not batched:
         results = [speculative_generate(target, draft, prompts[0], max_new_tokens=max_new_tokens,
-                                        block_size=block_size, stop_token_ids=stops, tree=False)]
+                                        block_size=block_size, stop_token_ids=stops, tree=False,
+                                        exact=exact)]
     else:
         ids, mask = left_pad(prompts)
         results = speculative_generate_batch(target, draft, ids, max_new_tokens=max_new_tokens,
                                              attention_mask=mask, block_size=block_size,
-                                             stop_token_ids=stops)
+                                             stop_token_ids=stops, exact=exact)
     tokens = sum(r.num_new_tokens for r in results)
     seconds = max(r.decode_time for r in results)      # the batch ends with its last row
     return tokens, seconds, [r.new_ids for r in results], [r.tau for r in results]
 
 
 def run_suite(target, tokenizer, drafter, rows, batch_sizes, threads, block_size,
-              max_new_tokens, progress=True) -> dict:
+              max_new_tokens, progress=True, exact: bool = False) -> dict:
     """{threads: {N: figures}} for one suite; see the module docstring."""
     stops = stop_ids(tokenizer)
     prompts = [chat_ids(tokenizer, r["messages"]) for r in rows]
@@ -76,7 +79,7 @@ def run_suite(target, tokenizer, drafter, rows, batch_sizes, threads, block_size
             for m in order:
                 B, batched = methods.get(m, (block_size, True))
                 tokens, seconds, outs[m], tau = decode_batch(target, drafter, group, B,
-                                                             max_new_tokens, stops, batched)
+                                                             max_new_tokens, stops, batched, exact)
                 sums[(t, N, m)][0] += tokens
                 sums[(t, N, m)][1] += seconds
                 if m == "dflash":
@@ -101,14 +104,14 @@ def run_suite(target, tokenizer, drafter, rows, batch_sizes, threads, block_size
 
 
 def run(target, tokenizer, drafter, suites, batch_sizes, threads, n, block_size, max_new_tokens,
-        command: str, after_suite=None, split: str = "test") -> dict:
+        command: str, after_suite=None, split: str = "test", exact: bool = False) -> dict:
     """The whole sweep; prints one line per (suite, threads, N) and calls after_suite(results)
     once each suite is done (the bench writes what it has, so a long run keeps its suites)."""
     if n < max(batch_sizes):
         raise ValueError(f"--n {n} prompts cannot fill a batch of {max(batch_sizes)}: use --n >= "
                          f"{max(batch_sizes)} (a multiple of every batch size keeps them equal).")
     results = {"command": command, "block_size": block_size, "p_min": drafter.decoding.p_min, "n": n,
-               "split": split,
+               "split": split, "exact": exact,
                "max_new_tokens": max_new_tokens, "batch_sizes": batch_sizes, "threads": threads,
                "drafter_layers": drafter.config.num_hidden_layers,
                "throughput": "new tokens summed over a batch's rows / its decode time (no prefill)",
@@ -123,7 +126,8 @@ def run(target, tokenizer, drafter, suites, batch_sizes, threads, n, block_size,
     for suite in suites:
         rows = suite_prompts(suite, split, n)
         results["suites"][suite] = r = run_suite(target, tokenizer, drafter, rows, batch_sizes,
-                                                 threads, block_size, max_new_tokens)
+                                                 threads, block_size, max_new_tokens,
+                                                 exact=exact)
         for t, per in r.items():
             for N, f in per.items():
                 print(f"{suite:>11}  {t} thread(s)  N={N:>2}  plain {f['plain_tokens_per_s']:6.0f} "

@@ -244,11 +244,13 @@ def main(argv=None) -> dict:
     add_load(p)
     a = p.parse_args(argv)
     fields = flag_fields(a, skip=("block_size", "record_steps", "max_new_tokens"))
-    timing = {k: v for k, v in fields.items() if k != "lean"} if a.step_times else fields
+    own = "lean" if a.step_times else "exact" if a.batch_sizes else None    # what each takes
+    timing = {k: v for k, v in fields.items() if k != own}
     if timing and (a.methods or a.draft_cost or a.step_times or a.batch_sizes):
         p.error(f"--{next(iter(timing)).replace('_', '-')}: with --methods each method names its "
                 f"decoding in its text (e.g. dflash:8/p0.3/T0.7); --draft-cost, --step-times and "
-                f"--batch-sizes time passes, not a decoding (--step-times takes --lean/--no-lean)")
+                f"--batch-sizes time passes, not a decoding (--step-times takes --lean/--no-lean, "
+                f"--batch-sizes --exact)")
     if len(a.threads) > 1 and not (a.step_times or a.batch_sizes):
         p.error(f"--threads {' '.join(map(str, a.threads))}: several thread counts only with "
                 f"--step-times or --batch-sizes; run a benchmark once per count")
@@ -291,7 +293,8 @@ def main(argv=None) -> dict:
             return batch_bench.run(target, tokenizer, drafter, a.suites, a.batch_sizes, a.threads,
                                    a.n, (a.block_sizes or [drafter.block_size])[0],
                                    a.max_new_tokens, command, split=a.split,
-                                   after_suite=lambda r: write(r, a.out, batch_bench.plot, **stamp))
+                                   after_suite=lambda r: write(r, a.out, batch_bench.plot, **stamp),
+                                   exact=bool(a.exact))
         except ValueError as e:
             p.error(str(e))
     a.block_sizes = a.block_sizes or [drafter.block_size]
