@@ -394,6 +394,9 @@ class DecodingConfig:
                                if c.fp32_ties and head not in (None, torch.float32) else
                                " (fp32 logits: no ties to decide)" if head == torch.float32 else
                                "" if c.fp32_ties or head is None else " (argmax as rounded)")
+        if c.exact:
+            what += (f"; exact mode: every pass after the prefill {EXACT_ROWS} rows, attention "
+                     f"summed in index order (the output is plain/exact's)")
         return (f"{what}; the target's choice {pick}; at most {c.max_new_tokens} new tokens"
                 f"{', stopping at ' + str(list(c.stop_token_ids)) if c.stop_token_ids else ''}.")
 
