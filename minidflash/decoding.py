@@ -338,7 +338,8 @@ def exact_pass(target, input_ids, cache, layers: bool, final: bool, logits_to_ke
                                        logits_to_keep)
     if past and T > rows:
         raise ValueError(f"exact mode runs every pass on {rows} rows, and this one has {T}: "
-                         f"give exact a width of at least the block size or tree nodes + 1.")
+                         f"use a block size of at most {rows}, or a tree of at most {rows - 1} "
+                         f"nodes.")
     pad = rows - T if past else 0
     ids, pos, mask = exact.padded(input_ids, past, pad, position_ids, attention_mask)
     keep = logits_to_keep if not pad else 0
@@ -352,7 +353,7 @@ def exact_pass(target, input_ids, cache, layers: bool, final: bool, logits_to_ke
     if not pad:
         return out
     crop_cache(cache, past + T)
-    logits, states, last = (None if x is None else x[:, :T] for x in (out[0], None, out[2]))
+    logits, last = out[0][:, :T], None if out[2] is None else out[2][:, :T]
     states = None if out[1] is None else tuple(h[:, :T] for h in out[1])
     if logits_to_keep:
         logits = logits[:, -logits_to_keep:]
