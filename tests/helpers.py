@@ -172,3 +172,17 @@ def exact_stopped_distribution(target, ids, vocab: int, n_new: int, stop: int, t
         out = tuple(seq[:seq.index(stop) + 1] if stop in seq else seq)
         probs[out] = probs.get(out, 0.0) + p
     return probs
+
+
+LOOPS = ["plain", "chain", "tree", "batch"]
+
+
+def decode_on(loop, target, drafter, ids, **fields):
+    """One decode of ids (1, S) by one of the loops (LOOPS): plain decoding, the chain, a small
+    tree, or a batch of the prompt twice (row 0 returned)."""
+    from minidflash.verifier import speculative_generate, speculative_generate_batch
+    extra = {"plain": dict(block_size=1), "chain": {}, "tree": dict(
+        tree={"node_budget": 6, "top_k": 2}), "batch": {}}[loop]
+    if loop == "batch":
+        return speculative_generate_batch(target, drafter, ids.repeat(2, 1), **extra, **fields)[0]
+    return speculative_generate(target, drafter, ids, **extra, **fields)

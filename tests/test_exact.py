@@ -224,23 +224,14 @@ def test_sdpa_in_exact_modes_place_parts_a_decode(shipped, monkeypatch):
 def test_every_loop_runs_fixed_passes_when_on_and_only_then(path, monkeypatch):
     """Exact mode reaches every loop: each pass after the prefill has W rows and the invariant
     attention; off, none has (the lean pass is where both show: its rows and its flag)."""
-    from minidflash.verifier import speculative_generate, speculative_generate_batch
-    from tests.helpers import random_drafter
+    from tests.helpers import decode_on, random_drafter
     target = tiny_target(5, vocab=89, layers=3)
     drafter = random_drafter(target, 5, block_size=4)
     ids = torch.randint(0, 88, (1, 9), generator=torch.Generator().manual_seed(2))
     seen, real = [], lean.LeanTarget.__call__
     monkeypatch.setattr(lean.LeanTarget, "__call__", lambda self, ids, *a, **k: seen.append(
         (ids.shape[1], k.get("exact", False))) or real(self, ids, *a, **k))
-    extra = {"plain": dict(block_size=1), "chain": {}, "tree": dict(
-        tree={"node_budget": 6, "top_k": 2}), "batch": {}}[path]
-
-    def decode(**fields):
-        if path == "batch":
-            return speculative_generate_batch(target, drafter, ids.repeat(2, 1), **extra,
-                                              **fields)[0]
-        return speculative_generate(target, drafter, ids, **extra, **fields)
-
+    decode = lambda **fields: decode_on(path, target, drafter, ids, **fields)
     on = decode(max_new_tokens=12, exact=True)
     assert on.config.exact is True and seen and all(e for _, e in seen)
     assert all(rows == W for rows, _ in seen[(2 if path == "batch" else 1):])   # after the prefill

@@ -15,8 +15,8 @@ import minidflash.lean as lean
 from minidflash.batch import left_pad, prompt_positions
 from minidflash.decoding import crop_cache, target_pass
 from minidflash.tree import tree_attention_mask
-from minidflash.verifier import speculative_generate, speculative_generate_batch
-from tests.helpers import random_drafter, tiny_target
+from minidflash.verifier import speculative_generate
+from tests.helpers import decode_on, random_drafter, tiny_target
 
 
 def tiny_llama(seed=0, dtype=torch.float32, bias=False):
@@ -110,15 +110,7 @@ def test_every_loop_runs_the_lean_pass_when_on_and_only_then(path, monkeypatch):
     drafter = random_drafter(target, 5, block_size=4)
     ids = torch.randint(0, 88, (1, 9), generator=torch.Generator().manual_seed(2))
     calls = count_lean_passes(monkeypatch)
-    extra = {"plain": dict(block_size=1), "chain": {}, "tree": dict(
-        tree={"node_budget": 6, "top_k": 2}), "batch": {}}[path]
-
-    def decode(**fields):
-        if path == "batch":
-            return speculative_generate_batch(target, drafter, ids.repeat(2, 1), **extra,
-                                              **fields)[0]
-        return speculative_generate(target, drafter, ids, **extra, **fields)
-
+    decode = lambda **fields: decode_on(path, target, drafter, ids, **fields)
     on = decode(max_new_tokens=12)
     passes = 1 + len(on.acceptance_lengths)                 # the prefill, then one per step
     assert on.config.lean is True and len(calls) == passes
