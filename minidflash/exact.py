@@ -34,15 +34,45 @@ from einops import rearrange
 from transformers import DynamicCache
 
 KEY_BLOCK = 64            # C: keys a block; the blocks start at key 0, C, 2C, ...
+ATTENTION = "exact.invariant_attention"     # its name in torch.profiler's records
 
 
+class Seen:
+    """Which keys each row of a pass sees, cut into blocks of ``block``: what the mask decides,
+    the same for every layer, so the lean pass works it out once a pass (transformers' forward
+    once a layer). mask as ``invariant_attention`` takes it; N sequences, T rows, L keys.
+
+    see (N, T, nb*C): row t may see column c (False past L); count (N, T): keys a row sees;
+    chain: every row sees a prefix of the columns (dense position = column); first: the first
+    block holding a key some row may not see (the blocks before it need no mask); hide
+    (N, 1, nb - first, 1, T, C): the keys to hide in those blocks, laid out as the scores are.
+    """
+
+    def __init__(self, mask, N: int, T: int, L: int, device, block: int = KEY_BLOCK):
+        C, nb = block, -(-L // block)
+        if mask is None:
+            mask = torch.ones(T, L, dtype=torch.bool, device=device).tril(L - T)[None, None]
+        elif mask.dtype != torch.bool:
+            mask = mask == 0
+        self.see = F.pad(mask[:, 0].expand(N, T, L), (0, nb * C - L))
+        self.count = self.see.sum(-1)
+        self.chain = bool((self.see == (torch.arange(nb * C, device=device)
+                                        < self.count[..., None])).all())
+        hidden = ~self.see.view(N, T, nb, C)
+        self.first = int(hidden.any(-1).any(1).any(0).int().argmax()) if bool(hidden.any()) else nb
+        self.hide = hidden[:, :, self.first:].transpose(1, 2)[:, None, :, None].contiguous()
+        self.shape = (N, T, L, C)
+
+
+@torch.profiler.record_function(ATTENTION)
 def invariant_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask, scaling: float,
-                        block: int = KEY_BLOCK) -> torch.Tensor:
+                        block: int = KEY_BLOCK, seen: Seen | None = None) -> torch.Tensor:
     """softmax(q k^T * scaling + mask) v, reduced over each row's keys in fixed blocks, in order.
 
     q (N, H, T, D); k, v (N, H/G, L, D); mask: transformers' (N, 1, T, L) bool (True: may see) or
-    additive float, or None (causal: row t sees keys up to L - T + t). Scores, softmax and sums in
-    fp32; the output (N, T, H, D) in q's dtype, as transformers' attention functions return it.
+    additive float, or None (causal: row t sees keys up to L - T + t); seen: the mask worked out
+    already (``Seen``), for every layer of a pass. Scores, softmax and sums in fp32; the output
+    (N, T, H, D) in q's dtype, as transformers' attention functions return it.
 
     A row's keys, the columns it sees in column order, are numbered 0, 1, ... (its *dense*
     positions; the last is its own). Block b holds dense positions bC .. bC + C - 1; a block's
@@ -57,23 +87,30 @@ def invariant_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask,
     Hk, L = k.shape[1], k.shape[2]
     G, C = H // Hk, block
     R, nb = G * T, -(-L // C)                                           # rows a key head; blocks
-    if mask is None:
-        mask = torch.ones(T, L, dtype=torch.bool, device=q.device).tril(L - T)[None, None]
-    elif mask.dtype != torch.bool:
-        mask = mask == 0
-    see = F.pad(mask[:, 0].expand(N, T, L), (0, nb * C - L))            # (N, T, nb*C)
-    kb = F.pad(k.float(), (0, 0, 0, nb * C - L)).view(N, Hk, nb, C, D)
-    vb = F.pad(v.float(), (0, 0, 0, nb * C - L)).view(N, Hk, nb, C, D)
-    s = (q.float().reshape(N, Hk, 1, R, D) @ kb.transpose(-1, -2)) * scaling   # (N, Hk, nb, R, C)
-    blocks_see = see.view(N, T, nb, C).transpose(1, 2)[:, None, :, None]       # (N, 1, nb, 1, T, C)
-    s = s.view(N, Hk, nb, G, T, C).masked_fill(~blocks_see, float("-inf"))
-    p = torch.exp(s - s.amax(dim=(2, 5), keepdim=True)).view(N, Hk, nb, R, C)  # unseen: 0
+    seen = Seen(mask, N, T, L, q.device, block) if seen is None else seen
+    if seen.shape != (N, T, L, C):
+        raise ValueError(f"seen was worked out for (N, T, L, block) {seen.shape}, and this call "
+                         f"has {(N, T, L, C)}: make one Seen a pass, from that pass's mask.")
+    kb, vb = (padded_keys(x, nb, C) for x in (k, v))                   # (N, Hk, nb, C, D) fp32
+    s = (q.float().reshape(N, Hk, 1, R, D) @ kb.transpose(-1, -2)).mul_(scaling)  # (.., nb, R, C)
+    s = s.view(N, Hk, nb, G, T, C)
+    s[:, :, seen.first:].masked_fill_(seen.hide, float("-inf"))
+    p = s.sub_(s.amax(-1, keepdim=True).amax(2, keepdim=True)).exp_()  # unseen: 0 (max is exact)
+    p = p.view(N, Hk, nb, R, C)
     l_b, o_b = p.sum(-1), p @ vb                                         # (N, Hk, nb, R), (.., D)
-    count = see.sum(-1)                                                  # (N, T) keys a row sees
-    if not bool((see == (torch.arange(nb * C, device=q.device) < count[..., None])).all()):
-        l_b, o_b = last_two_blocks(p, vb, see, count, l_b, o_b, G)       # a tree's pass
+    if not seen.chain:
+        l_b, o_b = last_two_blocks(p, vb, seen.see, seen.count, l_b, o_b, G)   # a tree's pass
     l, o = in_order(l_b), in_order(o_b)                                  # (N, Hk, R), (.., D)
     return (o / l[..., None]).reshape(N, H, T, D).transpose(1, 2).to(q.dtype)
+
+
+def padded_keys(x: torch.Tensor, nb: int, C: int) -> torch.Tensor:
+    """x (N, Hk, L, D) in fp32 with zeros after it, as nb blocks of C keys: (N, Hk, nb, C, D)."""
+    N, Hk, L, D = x.shape
+    out = torch.empty(N, Hk, nb * C, D, dtype=torch.float32, device=x.device)
+    out[:, :, :L] = x
+    out[:, :, L:] = 0.0
+    return out.view(N, Hk, nb, C, D)
 
 
 def in_order(x: torch.Tensor) -> torch.Tensor:

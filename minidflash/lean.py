@@ -49,7 +49,7 @@ import torch.nn.functional as F
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import create_causal_mask
 
-from .exact import invariant_attention
+from .exact import Seen, invariant_attention
 
 FAMILIES = ("llama", "qwen2", "qwen3")
 
@@ -185,6 +185,7 @@ class LeanTarget:
         mask = create_causal_mask(config=self.body.config, inputs_embeds=h, attention_mask=attention_mask,
                             cache=cache, position_ids=position_ids)
         cos, sin = self.rope(position_ids, h)
+        seen = Seen(mask, N, T, cache.get_seq_length() + T, h.device) if exact else None
         packed_gqa = h.dtype == torch.bfloat16                # fp32: transformers' own call
         states = [h] if layers else None
         for i, p in enumerate(self.layers):
@@ -196,7 +197,7 @@ class LeanTarget:
             q, k = rotate(q.transpose(1, 2), cos, sin), rotate(k.transpose(1, 2), cos, sin)
             k, v = cache.update(k, v.transpose(1, 2), i)
             if exact:
-                out = invariant_attention(q, k, v, mask, p["attn"].scaling)
+                out = invariant_attention(q, k, v, mask, p["attn"].scaling, seen=seen)
             elif packed_gqa and (mask is not None or T == 1):
                 out = attend(q, k, v, mask, p["attn"].scaling)
             else:                                           # transformers' own choice

@@ -376,3 +376,31 @@ def test_throughput_tool_compares_every_batch_with_plain_decoding():
         assert f["batches"] == 4 // int(N)
     assert out["1"]["1"]["dflash_batched_path_tokens_per_s"] > 0
     assert len({f["tau"] for f in out["1"].values()}) == 1     # each row accepts as it does alone
+
+
+def test_throughput_tool_in_exact_mode_checks_every_row_against_its_prompt_alone(monkeypatch):
+    """bench --batch-sizes --exact: each row of a batch (plain's and DFlash's) compared with plain
+    decoding's answer for its prompt alone; one row changed, the check says so."""
+    from minidflash.config import PROMPTS_DIR
+    from minidflash.drafter import load_drafter
+    from minidflash.target import load_target
+    from minidflash.tools.common import read_jsonl
+    from minidflash.tools.measure import batch_bench
+
+    target, tokenizer = load_target(dtype=torch.bfloat16)
+    drafter = load_drafter(target=target)
+    rows = read_jsonl(PROMPTS_DIR / "arithmetic.jsonl")[:2]
+    run = lambda: batch_bench.run_suite(target, tokenizer, drafter, rows, [2, 1], [1], 16, 10,
+                                        progress=False, exact=True)["1"]
+    out = run()
+    assert out["2"]["rows_as_batch_of_1"] is True and out["2"]["identical"]
+    decode_batch = batch_bench.decode_batch
+
+    def one_row_changed(target, drafter, prompts, *args):
+        tokens, seconds, outs, taus = decode_batch(target, drafter, prompts, *args)
+        if len(prompts) > 1:
+            outs[1] = outs[1].clone()
+            outs[1][-1] += 1
+        return tokens, seconds, outs, taus
+    monkeypatch.setattr(batch_bench, "decode_batch", one_row_changed)
+    assert run()["2"]["rows_as_batch_of_1"] is False

@@ -50,6 +50,23 @@ def test_a_tree_mask_and_bf16():
     torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
 
 
+@pytest.mark.parametrize("T, L", [(1, 64), (16, 16), (16, 200), (5, 129)])
+def test_one_seen_a_pass_is_each_calls(T, L):
+    """The mask worked out once for a pass's layers (the lean pass) gives the bits a call that
+    works it out itself gives, for a chain's and a tree's mask; one from another pass refused."""
+    g = torch.Generator().manual_seed(T + L)
+    q, k, v = (torch.randn(1, 4, n, 8, generator=g).bfloat16() for n in (T, L, L))
+    k, v = k[:, :2], v[:, :2]
+    tree = torch.ones(1, 1, T, L, dtype=torch.bool).tril(L - T)
+    tree[..., L - T:] &= (torch.rand(T, T, generator=g) > 0.5) | torch.eye(T, dtype=torch.bool)
+    for mask in (None, tree):
+        seen = exact.Seen(mask, 1, T, L, "cpu")
+        assert torch.equal(invariant_attention(q, k, v, mask, 0.3, seen=seen),
+                           invariant_attention(q, k, v, mask, 0.3))
+    with pytest.raises(ValueError, match="one Seen a pass"):
+        invariant_attention(q, k[:, :, 1:], v[:, :, 1:], None, 0.3, seen=seen)
+
+
 def rows_identical(target, run, prompt_len=13):
     """How many of W rows of one W-row pass equal row 0 of a padded W-row pass at the same
     position after the same cache (cropped from the first pass's), bit for bit."""
@@ -108,8 +125,9 @@ def test_sdpa_in_its_place_parts_them(target, monkeypatch):
     """The planted bug: the library's attention swapped back in, the identity goes."""
     assert rows_identical(target, lean_with(target, False)) < W
     monkeypatch.setattr(lean, "invariant_attention",
-                        lambda q, k, v, mask, scaling: lean.attend(q, k, v, mask, scaling)
-                        if q.dtype == torch.bfloat16 else sdpa(q, k, v, mask, scaling))
+                        lambda q, k, v, mask, scaling, seen=None:
+                        lean.attend(q, k, v, mask, scaling) if q.dtype == torch.bfloat16
+                        else sdpa(q, k, v, mask, scaling))
     assert rows_identical(target, lean_with(target, True)) < W
 
 
@@ -212,7 +230,7 @@ def test_sdpa_in_exact_modes_place_parts_a_decode(shipped, monkeypatch):
     target, drafter, prompts = shipped
     want = [speculative_generate(target, None, p, max_new_tokens=64, exact=True).new_ids
             for p in prompts]
-    monkeypatch.setattr(lean, "invariant_attention", lambda q, k, v, mask, scaling:
+    monkeypatch.setattr(lean, "invariant_attention", lambda q, k, v, mask, scaling, seen=None:
                         lean.attend(q, k, v, mask, scaling) if q.dtype == torch.bfloat16
                         else sdpa(q, k, v, mask, scaling))
     got = [speculative_generate(target, drafter, p, max_new_tokens=64, exact=True).new_ids

@@ -12,7 +12,9 @@ Per suite, for each batch size N the first ``n`` prompts are split into batches 
 the ragged batch), methods and thread counts alternating batch by batch in one process.
 Throughput = new tokens summed over rows / the batch's decode time (prefill excluded, as TPOT
 is), summed over batches. At N = 1 the batched code path is timed too, to show what the ragged
-bookkeeping costs where it is not needed.
+bookkeeping costs where it is not needed. With ``--exact`` (exact mode) every row of a batch,
+plain's and DFlash's, is also compared with plain decoding's answer for its prompt alone (N = 1,
+same thread count): ``rows_as_batch_of_1``.
 
 ``python -m minidflash bench --batch-sizes 1 2 4 8 16 --threads 1 2 --n 16 --out data/results/batch_throughput.json``
 """
@@ -67,7 +69,8 @@ def run_suite(target, tokenizer, drafter, rows, batch_sizes, threads, block_size
             for m in [*methods, "dflash_batched_path"]}
     taus = {(t, N): [] for t in threads for N in batch_sizes}
     identical = {(t, N): True for t in threads for N in batch_sizes}
-    jobs = [(N, j) for N in batch_sizes for j in range(0, len(prompts) - N + 1, N)]
+    alone, as_alone = {}, {(t, N): True for t in threads for N in batch_sizes}
+    jobs = [(N, j) for N in sorted(batch_sizes) for j in range(0, len(prompts) - N + 1, N)]
     for k, (N, j) in enumerate(tqdm(jobs, desc="batches", disable=not progress, leave=False)):
         group = prompts[j:j + N]
         order = list(methods) if k % 2 == 0 else list(methods)[::-1]
@@ -86,6 +89,11 @@ def run_suite(target, tokenizer, drafter, rows, batch_sizes, threads, block_size
                     taus[(t, N)] += tau
             identical[(t, N)] &= all(torch.equal(a, b) for m in outs if m != "plain"
                                      for a, b in zip(outs["plain"], outs[m]))
+            if N == 1:                                     # plain's answer alone, for the rows
+                alone[(t, j)] = outs["plain"][0]
+            elif exact and (t, j) in alone:                # exact mode: a row is its answer alone
+                as_alone[(t, N)] &= all(torch.equal(out[i], alone[(t, j + i)])
+                                        for out in outs.values() for i in range(N))
     out = {}
     for t in threads:
         out[str(t)] = {}
@@ -96,6 +104,7 @@ def run_suite(target, tokenizer, drafter, rows, batch_sizes, threads, block_size
                    "ratio": rate["dflash"] / rate["plain"],
                    "tau": sum(taus[(t, N)]) / len(taus[(t, N)]),
                    "tokens": sums[(t, N, "plain")][0], "identical": identical[(t, N)],
+                   "rows_as_batch_of_1": as_alone[(t, N)] if exact and 1 in batch_sizes else None,
                    "batches": len([1 for M, _ in jobs if M == N])}
             if N == 1:
                 fig["dflash_batched_path_tokens_per_s"] = rate["dflash_batched_path"]
@@ -132,7 +141,8 @@ def run(target, tokenizer, drafter, suites, batch_sizes, threads, n, block_size,
             for N, f in per.items():
                 print(f"{suite:>11}  {t} thread(s)  N={N:>2}  plain {f['plain_tokens_per_s']:6.0f} "
                       f"tok/s  DFlash {f['dflash_tokens_per_s']:6.0f} tok/s  ratio "
-                      f"{f['ratio']:.2f}x  tau {f['tau']:.2f}  identical {f['identical']}")
+                      f"{f['ratio']:.2f}x  tau {f['tau']:.2f}  identical {f['identical']}"
+                      + (f"  rows as batch of 1 {f['rows_as_batch_of_1']}" if exact else ""))
         results["wall_s"] = round(time.time() - t0, 1)
         if after_suite:
             after_suite(results)

@@ -7,7 +7,8 @@ tokens, under ``torch.profiler``, through transformers' forward ("torch") and th
 
     matmul      aten::mm / addmm / bmm / linear / matmul, oneDNN's packed linear (the
                 projections and the lm_head)
-    attention   scaled_dot_product_attention and its kernels
+    attention   scaled_dot_product_attention and its kernels; in exact mode (``--passes exact``)
+                every op inside ``exact.invariant_attention``
     norms       RMSNorm's pow / mean / rsqrt and the activation (silu)
     cache       the KV cache: cat, index_select, slicing copies, crop
     other ops   every other aten op's own time (rotary embedding, adds, casts, masks)
@@ -33,8 +34,10 @@ from torch.profiler import ProfilerActivity, profile
 from transformers import DynamicCache
 
 from ...decoding import crop_cache, target_pass
+from ...exact import ATTENTION
 from ...files import save_figure
 from ...target import load_target
+from ...settings import EXACT_ROWS
 from ..common import add_dtype, add_load, add_threads, at_least, count, or_error, out_file, write
 
 KINDS = {
@@ -51,31 +54,40 @@ def kind_of(name: str) -> str:
     return next((k for k, keys in KINDS.items() if any(key in name for key in keys)), "other ops")
 
 
+def inside(event, name: str) -> bool:
+    """Whether a profiled op ran inside the function the profiler calls ``name``."""
+    while event is not None and event.name != name:
+        event = event.cpu_parent
+    return event is not None
+
+
 def split_pass(target, tokens: int, context: int, repeats: int, final: bool = True,
-               lean: bool = False) -> dict:
+               lean: bool = False, exact: int = 0) -> dict:
     """ms of one pass over ``tokens`` new tokens after ``context`` cached ones, split by kind
     (medians of ``repeats`` profiled passes). final: the pass plain greedy decoding of a bf16
     target runs (the last hidden state too); the verify pass also returns every layer's."""
     torch.manual_seed(0)
     ids = torch.randint(0, target.config.vocab_size, (1, context + tokens))
     cache = DynamicCache()
-    target_pass(target, ids[:, :context], cache, False, final, lean=lean)
+    target_pass(target, ids[:, :context], cache, False, final, lean=lean, exact=exact)
     layers = tokens > 1
     rows = []
     for _ in range(repeats + 1):                  # the first, untimed, pays one-off allocations
         pos = torch.arange(context, context + tokens)[None]
         start = time.perf_counter()               # the wall time, unprofiled
-        target_pass(target, ids[:, context:], cache, layers, final, lean=lean, position_ids=pos)
+        target_pass(target, ids[:, context:], cache, layers, final, lean=lean, exact=exact,
+                    position_ids=pos)
         wall = 1e3 * (time.perf_counter() - start)
         crop_cache(cache, context)
         with profile(activities=[ProfilerActivity.CPU]) as prof:     # the same pass, its ops
-            target_pass(target, ids[:, context:], cache, layers, final, lean=lean,
+            target_pass(target, ids[:, context:], cache, layers, final, lean=lean, exact=exact,
                         position_ids=pos)
         crop_cache(cache, context)
         by = dict.fromkeys([*KINDS, "other ops"], 0.0)
-        for event in prof.key_averages():
-            if event.key.startswith("aten::") or "mkldnn" in event.key:
-                by[kind_of(event.key)] += event.self_cpu_time_total / 1e3
+        for event in prof.events():
+            if event.name.startswith("aten::") or "mkldnn" in event.name:
+                kind = "attention" if inside(event, ATTENTION) else kind_of(event.name)
+                by[kind] += event.self_cpu_time_total / 1e3
         by["overhead"] = max(0.0, wall - sum(by.values()))
         by["wall"] = wall
         rows.append(by)
@@ -92,7 +104,9 @@ def run(target, thread_counts, tokens: int, context: int, repeats: int,
         for t in thread_counts:
             torch.set_num_threads(t)
             for p in passes:
-                out[p][str(t)][str(n)] = split_pass(target, n, context, repeats, lean=p == "lean")
+                out[p][str(t)][str(n)] = split_pass(target, n, context, repeats,
+                                                    lean=p != "torch",
+                                                    exact=EXACT_ROWS if p == "exact" else 0)
     return out
 
 
@@ -148,8 +162,10 @@ def main(argv=None) -> dict:
                    help="the verify pass's tokens (default 16)")
     p.add_argument("--context", type=count, default=256, help="cached tokens before (default 256)")
     p.add_argument("--repeats", type=count, default=15, help="profiled passes a point (default 15)")
-    p.add_argument("--passes", nargs="+", choices=("torch", "lean"), default=["torch", "lean"],
-                   help="transformers' forward, lean.py's pass, or both taking turns (default)")
+    p.add_argument("--passes", nargs="+", choices=("torch", "lean", "exact"),
+                   default=["torch", "lean"],
+                   help="transformers' forward, lean.py's pass (default: both, taking turns), "
+                        "exact: lean.py's pass in exact mode (16 rows, exact.py's attention)")
     p.add_argument("--out", type=out_file, default=None,
                    help="write the split here (and a .png beside it)")
     add_load(p)
