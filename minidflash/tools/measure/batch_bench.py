@@ -104,7 +104,8 @@ def run_suite(target, tokenizer, drafter, rows, batch_sizes, threads, block_size
                    "ratio": rate["dflash"] / rate["plain"],
                    "tau": sum(taus[(t, N)]) / len(taus[(t, N)]),
                    "tokens": sums[(t, N, "plain")][0], "identical": identical[(t, N)],
-                   "rows_as_batch_of_1": as_alone[(t, N)] if exact and 1 in batch_sizes else None,
+                   "rows_as_batch_of_1": (as_alone[(t, N)] if exact and 1 in batch_sizes and N > 1
+                                          else None),
                    "batches": len([1 for M, _ in jobs if M == N])}
             if N == 1:
                 fig["dflash_batched_path_tokens_per_s"] = rate["dflash_batched_path"]
@@ -142,7 +143,8 @@ def run(target, tokenizer, drafter, suites, batch_sizes, threads, n, block_size,
                 print(f"{suite:>11}  {t} thread(s)  N={N:>2}  plain {f['plain_tokens_per_s']:6.0f} "
                       f"tok/s  DFlash {f['dflash_tokens_per_s']:6.0f} tok/s  ratio "
                       f"{f['ratio']:.2f}x  tau {f['tau']:.2f}  identical {f['identical']}"
-                      + (f"  rows as batch of 1 {f['rows_as_batch_of_1']}" if exact else ""))
+                      + ("" if f["rows_as_batch_of_1"] is None
+                         else f"  rows as batch of 1 {f['rows_as_batch_of_1']}"))
         results["wall_s"] = round(time.time() - t0, 1)
         if after_suite:
             after_suite(results)
