@@ -150,12 +150,12 @@ def chi_square_pvalue(counts, probs, n):
     return stats.chisquare(obs, exp).pvalue
 
 
-def sample_counts(target, drafter, ids, n, seed):
+def sample_counts(target, drafter, ids, n, seed, exact=False):
     gen = torch.Generator().manual_seed(seed)
     counts = {}
     for _ in range(n):
         out = speculative_generate(target, drafter, ids, max_new_tokens=N_NEW, block_size=3,
-                                   temperature=TEMP, generator=gen)
+                                   temperature=TEMP, generator=gen, exact=exact)
         key = tuple(out.new_ids.tolist())
         counts[key] = counts.get(key, 0) + 1
     return counts
@@ -189,20 +189,24 @@ def sampling_setup():
     return target, drafter, ids, exact_distribution(target, ids)
 
 
-def test_sampling_matches_target_distribution(sampling_setup):
+@pytest.mark.parametrize("exact", [False, True], ids=["usual passes", "exact mode"])
+def test_sampling_matches_target_distribution(sampling_setup, exact):
+    """T > 0: the outputs' distribution is the target's (in exact mode too, where every pass
+    after the prefill has 16 rows and the invariant attention)."""
     target, drafter, ids, probs = sampling_setup
     assert min(probs.values()) > 1e-3 and abs(sum(probs.values()) - 1) < 1e-9
     n = 1500
-    counts = sample_counts(target, drafter, ids, n, seed=0)
+    counts = sample_counts(target, drafter, ids, n, seed=0, exact=exact)
     assert chi_square_pvalue(counts, probs, n) > 1e-3
 
 
-def test_wrong_acceptance_rule_is_caught(sampling_setup, monkeypatch):
+@pytest.mark.parametrize("exact", [False, True], ids=["usual passes", "exact mode"])
+def test_wrong_acceptance_rule_is_caught(sampling_setup, monkeypatch, exact):
     """The same test, same seed and size, rejects a subtly wrong rule: it has power."""
     target, drafter, ids, probs = sampling_setup
     monkeypatch.setattr(verifier, "accept", wrong_accept)
     n = 1500
-    counts = sample_counts(target, drafter, ids, n, seed=0)
+    counts = sample_counts(target, drafter, ids, n, seed=0, exact=exact)
     assert chi_square_pvalue(counts, probs, n) < 1e-6
 
 
