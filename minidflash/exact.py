@@ -27,6 +27,7 @@ Shapes: N sequences, H query heads, G of them per key head, T rows, L keys, D he
 from __future__ import annotations
 
 import contextlib
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
@@ -62,6 +63,31 @@ class Seen:
         self.first = int(hidden.any(-1).any(1).any(0).int().argmax()) if bool(hidden.any()) else nb
         self.hide = hidden[:, :, self.first:].transpose(1, 2)[:, None, :, None].contiguous()
         self.shape = (N, T, L, C)
+        self._tails = {}
+
+    def tail(self, G: int) -> SimpleNamespace:
+        """Where each row's last two blocks are, for a pass whose rows are not a chain's (G query
+        heads a key head): cols (N, T, 2C) the column of each of those blocks' dense positions,
+        hide (N, T, 2C) the positions past the row's own key (or before key 0), at (N, 1, 2, G*T)
+        the blocks they are, none (N, 1, 2, G*T) a first one that does not exist (block -1),
+        after (N, 1, nb, G*T) the blocks from those two on, whose chain sums are replaced."""
+        if G not in self._tails:
+            see, count, (N, T, L, C) = self.see, self.count, self.shape
+            nb, dev = see.shape[-1] // C, see.device
+            last = (count - 1) // C                                      # (N, T) own key's block
+            dense = (last[..., None] - 1) * C + torch.arange(2 * C, device=dev)   # (N, T, 2C)
+            cols = torch.searchsorted(see.cumsum(-1, dtype=torch.int32),  # the column of each
+                                      (dense + 1).clamp(min=1).to(torch.int32)).clamp(max=nb * C - 1)
+            rows = lambda x: x.expand(N, 1, x.shape[2], G, T).reshape(N, 1, x.shape[2], G * T)
+            before = torch.arange(nb, device=dev) < last[..., None] - 1  # (N, T, nb)
+            at = (last[:, None] - 1 + torch.arange(2, device=dev)[:, None]).clamp(min=0)
+            self._tails[G] = SimpleNamespace(
+                cols=cols, hide=(dense < 0) | (dense >= count[..., None]),
+                at=rows(at[:, None, :, None]),
+                none=rows(torch.stack([last == 0, torch.zeros_like(last, dtype=torch.bool)],
+                                      1)[:, None, :, None]),
+                after=rows(~before.transpose(1, 2)[:, None, :, None]))
+        return self._tails[G]
 
 
 @torch.profiler.record_function(ATTENTION)
@@ -99,7 +125,7 @@ def invariant_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask,
     p = p.view(N, Hk, nb, R, C)
     l_b, o_b = p.sum(-1), p @ vb                                         # (N, Hk, nb, R), (.., D)
     if not seen.chain:
-        l_b, o_b = last_two_blocks(p, vb, seen.see, seen.count, l_b, o_b, G)   # a tree's pass
+        l_b, o_b = last_two_blocks(p, vb, seen, l_b, o_b, G)             # a tree's pass
     l, o = in_order(l_b), in_order(o_b)                                  # (N, Hk, R), (.., D)
     return (o / l[..., None]).reshape(N, H, T, D).transpose(1, 2).to(q.dtype)
 
@@ -122,38 +148,29 @@ def in_order(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def last_two_blocks(p, vb, see, count, l_b, o_b, G: int):
+def last_two_blocks(p, vb, seen: Seen, l_b, o_b, G: int):
     """The block sums of a pass whose rows do not see a prefix of the columns: each row's last
     two blocks by its dense positions (its keys gathered in order), through the (G*T, C) x (C, D)
     product of every other block, one product a row; the blocks after them zero."""
     N, Hk, nb, R, C = p.shape
     T, D = R // G, vb.shape[-1]
-    last = (count - 1) // C                                              # (N, T) own key's block
-    dense = (last[..., None] - 1) * C + torch.arange(2 * C, device=p.device)   # (N, T, 2C)
-    valid = (dense >= 0) & (dense < count[..., None])
-    cols = torch.searchsorted(see.cumsum(-1, dtype=torch.int32),        # the column of each
-                              (dense + 1).clamp(min=1).to(torch.int32)).clamp(max=nb * C - 1)
+    tail = seen.tail(G)
     rows = rearrange(p, "N h b (g t) c -> N h g t (b c)", g=G)
-    p_tail = rows.gather(-1, cols[:, None, None].expand(N, Hk, G, T, 2 * C))
-    p_tail = p_tail.masked_fill(~valid[:, None, None], 0.0).view(N, Hk, G, T, 2, C)
-    v_tail = vb.view(N, Hk, nb * C, D).gather(
-        2, cols.reshape(N, 1, T * 2 * C, 1).expand(N, Hk, T * 2 * C, D)).view(N, Hk, T, 2, C, D)
-    own = torch.eye(T, dtype=torch.bool, device=p.device)                # row t's product: its rows
-    a = torch.where(own[None, None, :, None, None, :, None],             # (N, Hk, T, 2, G, T, C)
-                    rearrange(p_tail, "N h g t k c -> N h 1 k g t c"), 0.0)
-    out = a.view(N, Hk, T, 2, R, C) @ v_tail                             # (N, Hk, T, 2, R, D)
+    p_tail = rows.gather(-1, tail.cols[:, None, None].expand(N, Hk, G, T, 2 * C))
+    p_tail = p_tail.masked_fill_(tail.hide[:, None, None], 0.0).view(N, Hk, G, T, 2, C)
+    keys = vb.view(N, Hk, nb * C, D)                                     # row t's keys, in order:
+    v_tail = (keys[:, :, tail.cols[0].reshape(-1)] if N == 1 else       # (N, Hk, T, 2, C, D)
+              torch.stack([keys[n][:, tail.cols[n].reshape(-1)] for n in range(N)]))
+    a = p_tail.new_zeros(N, Hk, T, 2, G, T, C)                           # row t's product: its rows
+    a.diagonal(dim1=2, dim2=5).copy_(rearrange(p_tail, "N h g t k c -> N h k g c t"))
+    out = a.view(N, Hk, T, 2, R, C) @ v_tail.view(N, Hk, T, 2, C, D)     # (N, Hk, T, 2, R, D)
     out = out.view(N, Hk, T, 2, G, T, D).diagonal(dim1=2, dim2=5)        # (N, Hk, 2, G, D, T)
     o_tail = rearrange(out, "N h k g D t -> N h k (g t) D")
     l_tail = rearrange(p_tail.sum(-1), "N h g t k -> N h k (g t)")
-    before = torch.arange(nb, device=p.device) < last[..., None] - 1   # (N, T, nb)
-    before = before.transpose(1, 2)[:, None, :, None].expand(N, 1, nb, G, T).reshape(N, 1, nb, R)
-    at = (last[:, None] - 1 + torch.arange(2, device=p.device)[:, None]).clamp(min=0)  # (N, 2, T)
-    at = at[:, None, :, None].expand(N, Hk, 2, G, T).reshape(N, Hk, 2, R)
-    first = (last > 0)[:, None, None].expand(N, 1, G, T).reshape(N, 1, 1, R)  # block -1: none
-    keep = torch.cat([first, torch.ones_like(first)], 2)
-    l_b = l_b.masked_fill(~before, 0.0).scatter_add(2, at, l_tail.masked_fill(~keep, 0.0))
-    o_b = o_b.masked_fill(~before[..., None], 0.0).scatter_add(
-        2, at[..., None].expand(N, Hk, 2, R, D), o_tail.masked_fill(~keep[..., None], 0.0))
+    at = tail.at.expand(N, Hk, 2, R)
+    l_b = l_b.masked_fill(tail.after, 0.0).scatter_add(2, at, l_tail.masked_fill(tail.none, 0.0))
+    o_b = o_b.masked_fill(tail.after[..., None], 0.0).scatter_add(
+        2, at[..., None].expand(N, Hk, 2, R, D), o_tail.masked_fill(tail.none[..., None], 0.0))
     return l_b, o_b
 
 

@@ -39,11 +39,14 @@ def test_it_is_attention(T, L):
     torch.testing.assert_close(invariant_attention(q, k, v, additive, 0.3), want)
 
 
-def test_a_tree_mask_and_bf16():
+@pytest.mark.parametrize("L", [40, 64, 128])
+def test_a_tree_mask_and_bf16(L):
+    """Rows that see scattered keys (a tree's), the last row's own key in a block's last column
+    (L a multiple of KEY_BLOCK) or not."""
     g = torch.Generator().manual_seed(1)
-    q, k, v = (torch.randn(1, 4, n, 16, generator=g) for n in (6, 40, 40))
-    see = torch.rand(1, 1, 6, 40, generator=g) > 0.4
-    see[..., 34:] = torch.eye(6, dtype=torch.bool)                       # each row sees itself
+    q, k, v = (torch.randn(1, 4, n, 16, generator=g) for n in (6, L, L))
+    see = torch.rand(1, 1, 6, L, generator=g) > 0.4
+    see[..., L - 6:] = torch.eye(6, dtype=torch.bool)                    # each row sees itself
     want = sdpa(q, k, v, see, 0.25)
     torch.testing.assert_close(invariant_attention(q, k, v, see, 0.25), want)
     got = invariant_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), see, 0.25)
