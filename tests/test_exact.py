@@ -260,3 +260,18 @@ def test_every_loop_runs_fixed_passes_when_on_and_only_then(path, monkeypatch):
     off = decode(max_new_tokens=12)
     assert off.config.exact is False and seen and not any(e for _, e in seen)
     assert any(rows < W for rows, _ in seen)
+
+
+def test_step_profile_counts_exact_modes_attention_as_attention():
+    """step-profile --passes exact: every op inside invariant_attention (its products too) is
+    counted as attention, none of them as a matrix product; the lean pass's attention is SDPA's."""
+    from minidflash.target import load_target
+    from minidflash.tools.measure import step_profile
+    target, _ = load_target()
+    lean_split = step_profile.split_pass(target, 16, 64, 2, lean=True)
+    exact_split = step_profile.split_pass(target, 16, 64, 2, lean=True, exact=W)
+    assert exact_split["attention"] > 0 and lean_split["attention"] > 0    # ops found, not speed
+    with torch.profiler.profile() as prof:
+        invariant_attention(*(torch.randn(1, 2, n, 8) for n in (4, 9, 9)), None, 0.3)
+    events = [e for e in prof.events() if e.name == "aten::bmm"]
+    assert events and all(step_profile.inside(e, exact.ATTENTION) for e in events)
