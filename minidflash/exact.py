@@ -60,7 +60,8 @@ class Seen:
         self.chain = bool((self.see == (torch.arange(nb * C, device=device)
                                         < self.count[..., None])).all())
         hidden = ~self.see.view(N, T, nb, C)
-        self.first = int(hidden.any(-1).any(1).any(0).int().argmax()) if bool(hidden.any()) else nb
+        blocks = hidden.any(-1).any(1).any(0).nonzero()                 # blocks with a hidden key
+        self.first = int(blocks[0]) if len(blocks) else nb
         self.hide = hidden[:, :, self.first:].transpose(1, 2)[:, None, :, None].contiguous()
         self.shape = (N, T, L, C)
         self._tails = {}

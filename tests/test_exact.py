@@ -25,6 +25,13 @@ def sdpa(q, k, v, mask, scaling):
     return out.transpose(1, 2).to(q.dtype)
 
 
+def library_attention(q, k, v, mask, scaling, seen=None):
+    """The planted bug: what the lean pass calls without exact mode, in the invariant one's place
+    (its packed SDPA call in bf16, SDPA in fp32)."""
+    return (lean.attend(q, k, v, mask, scaling) if q.dtype == torch.bfloat16
+            else sdpa(q, k, v, mask, scaling))
+
+
 @pytest.mark.parametrize("T, L", [(1, 1), (1, 70), (5, 5), (16, 16), (16, 200), (3, 129)])
 def test_it_is_attention(T, L):
     """The causal attention (mask None) and a bool mask, GQA, keys across block boundaries."""
@@ -127,10 +134,7 @@ def test_rows_are_the_same_bits_through_the_lean_pass(target):
 def test_sdpa_in_its_place_parts_them(target, monkeypatch):
     """The planted bug: the library's attention swapped back in, the identity goes."""
     assert rows_identical(target, lean_with(target, False)) < W
-    monkeypatch.setattr(lean, "invariant_attention",
-                        lambda q, k, v, mask, scaling, seen=None:
-                        lean.attend(q, k, v, mask, scaling) if q.dtype == torch.bfloat16
-                        else sdpa(q, k, v, mask, scaling))
+    monkeypatch.setattr(lean, "invariant_attention", library_attention)
     assert rows_identical(target, lean_with(target, True)) < W
 
 
@@ -233,9 +237,7 @@ def test_sdpa_in_exact_modes_place_parts_a_decode(shipped, monkeypatch):
     target, drafter, prompts = shipped
     want = [speculative_generate(target, None, p, max_new_tokens=64, exact=True).new_ids
             for p in prompts]
-    monkeypatch.setattr(lean, "invariant_attention", lambda q, k, v, mask, scaling, seen=None:
-                        lean.attend(q, k, v, mask, scaling) if q.dtype == torch.bfloat16
-                        else sdpa(q, k, v, mask, scaling))
+    monkeypatch.setattr(lean, "invariant_attention", library_attention)
     got = [speculative_generate(target, drafter, p, max_new_tokens=64, exact=True).new_ids
            for p in prompts]
     assert not all(torch.equal(g, w) for g, w in zip(got, want))
