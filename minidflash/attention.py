@@ -32,7 +32,8 @@ import torch
 import torch.nn.functional as F
 
 from .config import RESULTS_DIR
-from .mask import dense_mask, visible
+from .core.drafter import ATTENTION
+from .core.mask import visible
 
 BACKENDS = ("sdpa", "triton", "flex")
 KERNEL_RESULT = RESULTS_DIR / "kernel_bench.json"   # python -m minidflash bench-kernel (a GPU)
@@ -85,30 +86,24 @@ def check_backend(backend: str) -> str:
 
 
 def attend(q, k, v, anchors, num_context, block_size, backend="sdpa", key_mask=None):
-    """Attention of block queries over [context ; blocks] under the visibility rule (mask.py).
+    """Attention of block queries over [context ; blocks] under the visibility rule (mask.py),
+    through the named backend (``core.drafter.ATTENTION``; "triton" falls back to SDPA without
+    Triton). q (N, Hq, n*B, D); k, v (N, Hkv, S + n*B, D); anchors (N, n), or None for one block
+    after all the context; key_mask (N, S + n*B) bool, or None: a ragged batch's holes, at
+    inference only. Returns (N, Hq, n*B, D)."""
+    if key_mask is not None and anchors is not None:
+        raise ValueError("key_mask is for inference (one block per row, anchors=None); "
+                         "training blocks take their visibility from anchors.")
+    return ATTENTION[check_backend(backend)](q, k, v, anchors, num_context, block_size,
+                                             key_mask=key_mask)
 
-    q (N, Hq, n*B, D); k, v (N, Hkv, S + n*B, D); anchors (N, n), or None for one block that
-    follows all the context (inference: everything visible). key_mask (N, S + n*B) bool, or
-    None: at inference over a ragged batch (batch.py), False on the keys of holes, which no
-    query sees; it runs on SDPA (the kernel knows no holes). Returns (N, Hq, n*B, D).
-    """
-    if key_mask is not None:
-        if anchors is not None:
-            raise ValueError("key_mask is for inference (one block per row, anchors=None); "
-                             "training blocks take their visibility from anchors.")
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask[:, None, None, :],
-                                              enable_gqa=q.shape[1] != k.shape[1])
-    backend = check_backend(backend)
-    if backend == "flex" and anchors is not None:
-        return flex_attend(q, k, v, anchors, num_context, block_size)
-    if backend == "triton":
-        from .kernel import block_attention
-        if anchors is None:
-            anchors = torch.full((q.shape[0], 1), num_context, dtype=torch.long, device=q.device)
-        return block_attention(q, k, v, anchors, num_context, block_size)
-    mask = None if anchors is None else dense_mask(anchors, num_context, block_size)  # (N,1,nB,S+nB)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
-                                          enable_gqa=q.shape[1] != k.shape[1])
+
+def flex_or_sdpa(q, k, v, anchors, num_context, block_size, key_mask=None):
+    """The "flex" backend: FlexAttention for training blocks, SDPA for inference (one block after
+    all the context needs no mask; a ragged batch's holes are a key mask)."""
+    if anchors is None or key_mask is not None:
+        return ATTENTION["sdpa"](q, k, v, anchors, num_context, block_size, key_mask)
+    return flex_attend(q, k, v, anchors, num_context, block_size)
 
 
 def flex_attend(q, k, v, anchors, num_context, block_size):
@@ -148,3 +143,6 @@ def compiled_flex():
     from torch.nn.attention.flex_attention import flex_attention
 
     return torch.compile(flex_attention)
+
+
+ATTENTION["flex"] = flex_or_sdpa     # the core knows SDPA and the kernel; this adds FlexAttention

@@ -56,7 +56,9 @@ from tqdm.auto import tqdm
 
 from .ar_drafter import TTT_DECAY, ARDrafter
 from .config import TrainConfig, gamma_for, repo_relative
-from .drafter import DFlashDrafter
+from .core.drafter import DFlashDrafter
+from .core.trainer import (block_inputs, block_labels, block_positions, drafter_logits,  # noqa: F401
+                           loss_weights, sample_anchors)
 from .files import save_figure, write_json
 from .target import warn_emulated_bf16
 from .train_data import cached_batch, data_fingerprint, offline_features, target_pass
@@ -66,46 +68,6 @@ from .train_start import make_drafter, resume, save_checkpoint
 # --------------------------------------------------------------------------------------------
 # 2-4. Anchors, block inputs, labels, loss
 # --------------------------------------------------------------------------------------------
-
-def sample_anchors(response_start: int, length: int, block_size: int, n: int,
-                   generator: torch.Generator, random_anchors: bool = True) -> torch.Tensor:
-    """Up to n sorted anchors in [response_start, length - block_size], without replacement.
-
-    random_anchors=False is the ablation: blocks tiled uniformly from the response start.
-    """
-    lo, hi = response_start, length - block_size
-    if hi < lo:
-        return torch.zeros(0, dtype=torch.long)
-    if not random_anchors:
-        return torch.arange(lo, hi + 1, block_size)[:n]
-    count = hi - lo + 1
-    pick = torch.randperm(count, generator=generator)[:n]
-    return (lo + pick).sort().values
-
-
-def block_positions(anchors: torch.Tensor, block_size: int) -> torch.Tensor:
-    """The position of every slot (N, n, B): the block at anchor a covers a .. a + B - 1."""
-    return anchors[:, :, None] + torch.arange(block_size, device=anchors.device)
-
-
-def block_inputs(ids: torch.Tensor, anchors: torch.Tensor, block_size: int, mask_token_id: int):
-    """Block tokens (N, n*B) = [x_a, MASK, ...] per anchor, and their positions (N, n*B)."""
-    N, n = anchors.shape
-    tokens = torch.full((N, n, block_size), mask_token_id, dtype=torch.long, device=ids.device)
-    tokens[:, :, 0] = ids.gather(1, anchors)
-    pos = block_positions(anchors, block_size)                                 # (N, n, B)
-    return rearrange(tokens, "N n B -> N (n B)"), rearrange(pos, "N n B -> N (n B)")
-
-
-def block_labels(ids: torch.Tensor, anchors: torch.Tensor, block_size: int) -> torch.Tensor:
-    """Labels (N, n, B): slot k of the block at anchor a is labelled x_{a+k}; slot 0 is -100."""
-    pos = block_positions(anchors, block_size)                                 # (N, n, B)
-    at = rearrange(pos.clamp(max=ids.shape[1] - 1), "N n B -> N (n B)")
-    labels = rearrange(ids.gather(1, at), "N (n B) -> N n B", B=block_size)
-    labels[pos >= ids.shape[1]] = -100   # past the end: no label (anchors <= S - B avoid this)
-    labels[:, :, 0] = -100
-    return labels
-
 
 def slot_topk(top: tuple, anchors: torch.Tensor, block_size: int) -> tuple:
     """The target's top-k (values, ids), each (N, n, B, k), for every block slot: slot k of the
@@ -117,31 +79,6 @@ def slot_topk(top: tuple, anchors: torch.Tensor, block_size: int) -> tuple:
     at = repeat(pos, "N n B -> N (n B) k", k=k)
     return tuple(rearrange(t.gather(1, at), "N (n B) k -> N n B k", B=block_size)
                  for t in (values, ids))
-
-
-def loss_weights(block_size: int, gamma: float | None) -> torch.Tensor:
-    """w_k = exp(-(k-1)/gamma) for k = 1..B-1, w_0 = 0; gamma 0 means no decay."""
-    k = torch.arange(block_size, dtype=torch.float32)
-    w = torch.ones(block_size) if not gamma else torch.exp(-(k - 1) / gamma)
-    w[0] = 0.0
-    return w
-
-
-def drafter_logits(drafter: DFlashDrafter, target, ids, hidden, anchors):
-    """Logits (N, n, B, V) for all blocks of each sequence in one drafter pass.
-
-    ids (N, S) tokens, hidden (N, S, L_f*H) target features of every position, anchors (N, n).
-    """
-    N, S = ids.shape
-    B = drafter.block_size
-    if hidden.shape[:2] != (N, S) or anchors.shape[0] != N:
-        raise ValueError(f"ids {tuple(ids.shape)}, hidden {tuple(hidden.shape)} and anchors "
-                         f"{tuple(anchors.shape)} must agree on batch N and sequence S")
-    tokens, pos = block_inputs(ids, anchors, B, drafter.mask_token_id)       # (N, n*B)
-    ctx_pos = torch.arange(S, device=ids.device).expand(N, -1)
-    x = target.get_input_embeddings()(tokens)                                 # (N, n*B, H)
-    h = drafter(x, hidden, torch.cat([ctx_pos, pos], 1), anchors=anchors)     # (N, n*B, H)
-    return rearrange(drafter.logits(target, h), "N (n B) V -> N n B V", B=B)  # V, or K columns
 
 
 def vocab_index(vocab: torch.Tensor | None, ids: torch.Tensor):

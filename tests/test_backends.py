@@ -152,7 +152,7 @@ def run_without_triton(code: str) -> subprocess.CompletedProcess:
 
 def test_package_imports_and_decodes_without_triton():
     """Without Triton the package imports, a drafter set to "triton" drafts through SDPA with a
-    warning, and only minidflash.kernel refuses, saying why."""
+    warning, and only minidflash.core.kernel refuses, saying why."""
     run = run_without_triton("""
 import warnings, torch
 from minidflash import attention, drafter, trainer, verifier, ar_drafter   # noqa: F401
@@ -160,11 +160,11 @@ from minidflash.tools.measure import bench, methods                             
 from tests.helpers import random_drafter, tiny_target
 assert not attention.triton_available() and attention.default_backend("cuda", training=True) == "sdpa"
 try:
-    import minidflash.kernel
+    import minidflash.core.kernel
 except ImportError as e:
     assert "Linux wheels only" in str(e), e
 else:
-    raise AssertionError("minidflash.kernel imported without Triton")
+    raise AssertionError("minidflash.core.kernel imported without Triton")
 target = tiny_target(4, vocab=61, layers=4, hidden=64, heads=4, kv_heads=2)
 d = random_drafter(target, 4, layers=2, block_size=5)
 ids = torch.randint(0, 60, (1, 9), generator=torch.Generator().manual_seed(0))

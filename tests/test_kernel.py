@@ -1,4 +1,4 @@
-"""The Triton block-attention kernel against its torch reference (minidflash/kernel.py).
+"""The Triton block-attention kernel against its torch reference (minidflash/core/kernel.py).
 
 On a CPU the kernels run through Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET),
 so the shapes are small; they are chosen odd so that every tile has a ragged edge.
@@ -12,11 +12,11 @@ import torch
 pytest.importorskip("triton", reason="the kernel needs Triton (Linux wheels only); without it "
                     "the drafter's attention runs on torch SDPA (tests/test_backends.py)")
 
-# imported after the skip: minidflash.kernel imports Triton
+# imported after the skip: minidflash.core.kernel imports Triton
 from minidflash.attention import attend  # noqa: E402
-from minidflash.kernel import (block_attention, block_attention_reference,  # noqa: E402
+from minidflash.core.kernel import (block_attention, block_attention_reference,  # noqa: E402
                                count_visited_tiles, tile_schedule)
-from minidflash.mask import block_mask  # noqa: E402
+from minidflash.core.mask import block_mask  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TOL = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 2e-2}
@@ -189,7 +189,7 @@ def test_bench_kernel_check_passes_the_kernel_and_fails_an_off_by_one(monkeypatc
     """bench-kernel's check (what a GPU run records before it may become the training default):
     the kernel in bf16 against the fp32 reference, output and gradients, passes; the same kernel
     fed anchors one position late (an off-by-one a caller could make) fails it."""
-    import minidflash.kernel as kernel
+    import minidflash.core.kernel as kernel
     from minidflash.tools.measure.bench_kernel import SMOKE_TRAIN, check_case, near_end
 
     anchors = near_end(SMOKE_TRAIN) if ragged else None

@@ -7,11 +7,11 @@ import math
 import pytest
 import torch
 
-import minidflash.mask as mask_mod
+import minidflash.core.mask as mask_mod
 from minidflash import config, train_data, train_start, trainer
 from minidflash.config import PAPER, gamma_for
 from minidflash.drafter import target_features
-from minidflash.mask import block_mask
+from minidflash.core.mask import block_mask
 from tests.helpers import random_drafter, tiny_target
 
 

@@ -9,7 +9,7 @@ heads, head dim 128, bf16):
   queries over 3072 + 8192 keys, forward and forward + backward;
 * inference: one block of 16 queries over 4096 context features (everything visible), forward.
 
-Methods: ``triton`` (minidflash.kernel), ``sdpa`` (torch's scaled_dot_product_attention with
+Methods: ``triton`` (minidflash.core.kernel), ``sdpa`` (torch's scaled_dot_product_attention with
 the dense boolean mask and enable_gqa, the drafter's stock path), ``sdpa_kv_repeated`` (the
 same with K/V repeated to 32 heads, which lets torch pick its memory-efficient kernel),
 ``flex`` (torch.nn.attention.flex_attention, compiled, with a BlockMask built from the same
@@ -82,8 +82,8 @@ def check_case(name, shape, dtype, device, anchors=None):
     inputs: the output and dq, dk, dv. SDPA with the dense mask in ``dtype`` is the yardstick:
     the kernel passes where its largest error is within twice SDPA's, or within 2% of the
     reference's largest value (bf16 keeps 8 bits of mantissa)."""
-    from ...kernel import block_attention, block_attention_reference
-    from ...mask import dense_mask
+    from ...core.kernel import block_attention, block_attention_reference
+    from ...core.mask import dense_mask
 
     inference = name == "inference"
     q, k, v, a = make_case(**shape, dtype=dtype, device=device, inference=inference)
@@ -196,8 +196,8 @@ def methods_for(q, k, v, anchors, S, B, inference, device):
     from torch.nn.attention.flex_attention import flex_attention
 
     from ...attention import compiled_flex, flex_block_mask
-    from ...kernel import block_attention
-    from ...mask import dense_mask
+    from ...core.kernel import block_attention
+    from ...core.mask import dense_mask
 
     group = q.shape[1] // k.shape[1]
     dense = dense_mask(anchors, S, B)                                   # (N, 1, n*B, S+n*B)
@@ -218,7 +218,7 @@ def methods_for(q, k, v, anchors, S, B, inference, device):
 
 
 def run_case(name, shape, dtype, device, passes):
-    from ...mask import block_mask
+    from ...core.mask import block_mask
 
     inference = name == "inference"
     q, k, v, anchors = make_case(**shape, dtype=dtype, device=device, inference=inference)
@@ -303,7 +303,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     if args.cpu_smoke:
-        os.environ["TRITON_INTERPRET"] = "1"  # before minidflash.kernel is imported
+        os.environ["TRITON_INTERPRET"] = "1"  # before minidflash.core.kernel is imported
         device, dtype, step = "cpu", torch.float32, SMOKE_STEP
         train, infer = SMOKE_TRAIN, SMOKE_INFER
     elif torch.cuda.is_available():
@@ -313,9 +313,9 @@ def main(argv=None) -> int:
         print("bench_kernel: no CUDA device, nothing to time. This benchmark needs a GPU; "
               "on a CPU, `--cpu-smoke` checks that the script runs (timings meaningless).")
         return 0
-    from ... import kernel
+    from ...core import kernel
     if args.cpu_smoke and not kernel._interpreting():
-        print("bench_kernel: minidflash.kernel was imported before TRITON_INTERPRET was set")
+        print("bench_kernel: minidflash.core.kernel was imported before TRITON_INTERPRET was set")
         return 1
 
     import triton

@@ -2,7 +2,7 @@ r"""Paper section 4.2: the drafter's block attention, a Triton kernel that skips
 
 In training all n blocks of a sequence are drafted in one pass: the queries are the n*B block
 slots, the keys ``[S context features ; the n*B block slots]``, and who sees whom is the rule of
-:func:`minidflash.mask.visible`: block b sees the context keys before its anchor and its own B
+:func:`minidflash.core.mask.visible`: block b sees the context keys before its anchor and its own B
 slots, nothing else. At the paper's sizes (S = 3072, n = 512, B = 16) only about one in seven of
 the n*B x (S + n*B) = 8192 x 11264 scores is visible: a dense attention spends most of its work
 on scores it then throws away. (The switch between this kernel and torch SDPA: attention.py.)
@@ -84,7 +84,7 @@ try:
     import triton
     import triton.language as tl
 except ImportError as e:   # no Triton wheel for macOS or Windows: only this module needs it
-    raise ImportError("minidflash.kernel needs Triton, which has Linux wheels only "
+    raise ImportError("minidflash.core.kernel needs Triton, which has Linux wheels only "
                       "(pip install triton==3.9.0). Everything else runs without it: the "
                       "drafter's attention then uses torch SDPA (minidflash.attention).") from e
 
@@ -424,7 +424,7 @@ def block_attention(q, k, v, anchors, num_context, block_size, scale=None, *, ti
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     if q.device.type == "cpu" and not _interpreting():
         raise RuntimeError("the Triton kernels need a GPU, or TRITON_INTERPRET=1 set before "
-                           "minidflash.kernel is imported; on a CPU use the 'sdpa' backend of "
+                           "minidflash.core.kernel is imported; on a CPU use the 'sdpa' backend of "
                            "minidflash.attention.attend (the drafter's backend setting)")
     anchors = anchors.to(device=q.device, dtype=torch.int32).contiguous()
     return _BlockAttention.apply(_row_major(q), _row_major(k), _row_major(v), anchors,
