@@ -42,7 +42,7 @@ from torch import nn
 from transformers import DynamicCache, Qwen3Config
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding
 
-from .drafter import apply_rope, default_target_layer_ids, target_shape
+from .core.drafter import apply_rope, default_target_layer_ids, target_shape
 from .files import write_together
 
 TTT_DECAY = 0.8          # EAGLE-3's per-step loss weight
@@ -251,7 +251,7 @@ def load_ar_drafter(path, target=None, dtype=None, device=None) -> ARDrafter:
     raw = json.loads((path / "config.json").read_text())
     if raw.get("architectures") != ["ARDrafter"]:
         raise ValueError(f"{path} holds {raw.get('architectures')}, not an ARDrafter; "
-                         f"load DFlash drafters with minidflash.drafter.load_drafter.")
+                         f"load DFlash drafters with minidflash.checkpoints.load_drafter.")
     for key in ("architectures", "model_type", "transformers_version"):
         raw.pop(key, None)
     drafter = ARDrafter(Qwen3Config(**raw))

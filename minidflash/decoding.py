@@ -34,9 +34,10 @@ import torch
 from transformers import DynamicCache
 
 from . import exact
-from .drafter import DFlashDrafter, check_fits
+from .core.drafter import DFlashDrafter
+from .checkpoints import check_fits
 from .lean import of as lean_pass, supports
-from .settings import DecodingConfig
+from .decoding_config import DecodingConfig
 from .verify_cost import VerifyCost, for_threads
 
 
@@ -144,7 +145,7 @@ def check_models(target, drafter) -> None:
         raise TypeError(f"target must be a transformers causal LM (minidflash.target.load_target, "
                         f"AutoModelForCausalLM), got {type(target).__name__}: {order}.")
     if drafter is not None and not is_drafter(drafter):
-        raise TypeError(f"drafter must be a DFlashDrafter (minidflash.drafter.load_drafter), an "
+        raise TypeError(f"drafter must be a DFlashDrafter (minidflash.checkpoints.load_drafter), an "
                         f"ARDrafter (ar_drafter.load_ar_drafter) or None (plain decoding), got "
                         f"{type(drafter).__name__}: {order}.")
 

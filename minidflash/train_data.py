@@ -29,7 +29,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .config import CACHE_DIR
-from .drafter import target_features
+from .core.drafter import target_features
 from .files import write_with
 from .target import chat_ids, stop_ids
 

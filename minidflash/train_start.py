@@ -24,8 +24,8 @@ import torch
 from .ar_drafter import ARDrafter, make_ar_config
 from .attention import check_backend, default_backend
 from .config import repo_relative
-from .drafter import (DFlashDrafter, default_target_layer_ids, load_drafter,
-                      make_drafter_config)
+from .core.drafter import DFlashDrafter, default_target_layer_ids, make_drafter_config
+from .checkpoints import load_drafter
 from .files import write_with
 from .target import mask_token_id
 from .train_data import draft_vocabulary

@@ -49,8 +49,8 @@ from . import batch as ragged
 from .decoding import (GenerationResult, choose, clock, crop_cache, prepare, result, target_pass,
                        tie_head)
 from .verify_cost import VerifyCost
-from .drafter import target_features
-from .settings import DecodingConfig
+from .core.drafter import target_features
+from .decoding_config import DecodingConfig
 
 
 @dataclass

@@ -53,8 +53,8 @@ from . import batch as ragged
 from .ar_drafter import ARDrafter
 from .decoding import (GenerationResult, choose, clock, crop_cache, prepare, result, target_pass,
                        tie_head)
-from .drafter import target_features
-from .settings import DecodingConfig
+from .core.drafter import target_features
+from .decoding_config import DecodingConfig
 from .tree import tree_generate
 from .verify_cost import Trust, confident_prefix
 

@@ -3,7 +3,7 @@
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from minidflash.drafter import DFlashDrafter, make_drafter_config
+from minidflash.core.drafter import DFlashDrafter, make_drafter_config
 
 
 PUBLISHED_TENSORS = ["fc.weight", "hidden_norm.weight", "norm.weight"]      # + these per layer:

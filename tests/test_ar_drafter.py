@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from minidflash.ar_drafter import ARDrafter, load_ar_drafter, make_ar_config
-from minidflash.drafter import target_features
+from minidflash.core.drafter import target_features
 from minidflash.verifier import speculative_generate
 from tests.helpers import tiny_target
 

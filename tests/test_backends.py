@@ -14,7 +14,7 @@ import torch
 
 from minidflash import attention, trainer
 from minidflash.attention import default_backend
-from minidflash.drafter import target_features
+from minidflash.core.drafter import target_features
 from minidflash.config import ROOT
 from tests.helpers import random_drafter, tiny_target
 

@@ -13,8 +13,8 @@ from safetensors.torch import load_file, save_file
 
 from minidflash.ar_drafter import ARDrafter, load_ar_drafter, make_ar_config
 from minidflash.config import TINY_AR_DRAFTER_DIR, TINY_DRAFTER_DIR, TINY_TARGET_DIR
-from minidflash.drafter import load_drafter
-from minidflash.settings import DecodingConfig as C
+from minidflash.checkpoints import load_drafter
+from minidflash.decoding_config import DecodingConfig as C
 from minidflash.target import load_target
 from minidflash.tree import tree_generate
 from minidflash.verifier import speculative_generate as sg, speculative_generate_batch as sgb

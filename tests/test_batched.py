@@ -19,7 +19,7 @@ import minidflash.batch as ragged
 import minidflash.verifier as verifier
 from minidflash.ar_drafter import ARDrafter, make_ar_config
 from minidflash.batch import left_pad, pack_right, right_align
-from minidflash.drafter import DFlashDrafter
+from minidflash.core.drafter import DFlashDrafter
 from minidflash.verifier import speculative_generate, speculative_generate_batch
 from tests import helpers
 from tests.helpers import random_drafter, tiny_target
@@ -232,7 +232,7 @@ def test_shipped_models_rows_match_alone():
     drafts, accepts and emits exactly what it does alone (so the drafter's ragged context, its
     positions and holes, are right: a wrong context changes drafts, not outputs)."""
     from minidflash.config import PROMPTS_DIR
-    from minidflash.drafter import load_drafter
+    from minidflash.checkpoints import load_drafter
     from minidflash.target import chat_ids, load_target, stop_ids
     from minidflash.tools.common import read_jsonl
 
@@ -360,7 +360,7 @@ def test_throughput_tool_compares_every_batch_with_plain_decoding():
     """bench --batch-sizes: every batch decoded by both methods, DFlash's rows checked against
     plain decoding's, figures for every (threads, N), the batched path timed at N = 1."""
     from minidflash.config import PROMPTS_DIR
-    from minidflash.drafter import load_drafter
+    from minidflash.checkpoints import load_drafter
     from minidflash.target import load_target
     from minidflash.tools.measure import batch_bench
     from minidflash.tools.common import read_jsonl
@@ -382,7 +382,7 @@ def test_throughput_tool_in_exact_mode_checks_every_row_against_its_prompt_alone
     """bench --batch-sizes --exact: each row of a batch (plain's and DFlash's) compared with plain
     decoding's answer for its prompt alone; one row changed, the check says so."""
     from minidflash.config import PROMPTS_DIR
-    from minidflash.drafter import load_drafter
+    from minidflash.checkpoints import load_drafter
     from minidflash.target import load_target
     from minidflash.tools.common import read_jsonl
     from minidflash.tools.measure import batch_bench

@@ -6,11 +6,11 @@ import os
 
 import pytest
 
-from minidflash.settings import DecodingConfig
+from minidflash.decoding_config import DecodingConfig
 import torch
 
 from minidflash.config import PROMPTS_DIR, TINY_AR_DRAFTER_DIR
-from minidflash.drafter import load_drafter
+from minidflash.checkpoints import load_drafter
 from minidflash.target import load_target
 from minidflash.tools.measure import bench, methods
 from minidflash.tools import common

@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from minidflash.settings import DecodingConfig
-from minidflash.drafter import load_drafter
+from minidflash.decoding_config import DecodingConfig
+from minidflash.checkpoints import load_drafter
 from minidflash.target import chat_ids, load_target, stop_ids
 from minidflash.tools.measure import budget
 from minidflash.tools import common

@@ -14,7 +14,7 @@ import pytest
 
 from minidflash.__main__ import COMMANDS, main
 from minidflash.config import ROOT, TrainConfig
-from minidflash.settings import FLAG_HELP, DecodingConfig
+from minidflash.decoding_config import FLAG_HELP, DecodingConfig
 
 FOLDER, FILE = "@folder", "@file"      # stand-ins for a folder and a file that exist (tmp_path)
 

@@ -12,9 +12,10 @@ import pytest
 import torch
 from scipy import stats
 
-from minidflash.settings import DecodingConfig
+from minidflash.decoding_config import DecodingConfig
 from minidflash.ar_drafter import ARDrafter, make_ar_config
-from minidflash.drafter import DFlashDrafter, load_drafter
+from minidflash.core.drafter import DFlashDrafter
+from minidflash.checkpoints import load_drafter
 from minidflash.verifier import confident_prefix, speculative_generate, speculative_generate_batch
 from tests import helpers
 from tests.helpers import random_drafter, tiny_target
@@ -173,7 +174,7 @@ def test_ar_chain_stops_at_its_first_doubtful_token(monkeypatch):
     ids = torch.randint(0, 96, (1, 12))
     with torch.no_grad():
         out = target(ids, output_hidden_states=True)
-    from minidflash.drafter import target_features
+    from minidflash.core.drafter import target_features
     hidden = target_features(out.hidden_states, drafter.target_layer_ids)[:, :-1]
     whole, q = drafter.draft(target, ids[:, -1], hidden, 11, drafter.new_cache(), 9,
                              context_ids=ids[:, :-1], with_probs=True)

@@ -10,7 +10,8 @@ import torch
 from safetensors.torch import load_file
 
 from minidflash import train_data, trainer
-from minidflash.drafter import DRAFT_VOCAB_FILE, DFlashDrafter, load_drafter
+from minidflash.core.drafter import DFlashDrafter
+from minidflash.checkpoints import DRAFT_VOCAB_FILE, load_drafter
 from minidflash.verifier import speculative_generate
 from tests.helpers import published_names, random_drafter, tiny_target
 from tests.test_lossless import N_NEW, TEMP, V, chi_square_pvalue, exact_distribution, plain_greedy

@@ -8,8 +8,8 @@ from safetensors.torch import load_file, save_file
 from transformers import Qwen3Config
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
 
-from minidflash.drafter import (DFlashDrafter, default_target_layer_ids, load_drafter,
-                                make_drafter_config)
+from minidflash.core.drafter import DFlashDrafter, default_target_layer_ids, make_drafter_config
+from minidflash.checkpoints import load_drafter
 from minidflash.verifier import speculative_generate
 from tests.helpers import published_names, random_drafter, tiny_target
 

@@ -24,7 +24,7 @@ import torch
 
 from minidflash import train_data, trainer
 from minidflash.config import PAPER, PROMPTS_DIR, TINY_DEEP_DRAFTER_DIR, TINY_DRAFTER_DIR
-from minidflash.drafter import load_drafter
+from minidflash.checkpoints import load_drafter
 from minidflash.target import chat_ids, load_target, stop_ids
 from tests.helpers import check_recorded_tau, record_decoding, record_tau
 

@@ -16,7 +16,7 @@ import torch
 import minidflash.target as target_mod
 import minidflash.verifier as verifier
 from minidflash.decoding import greedy_choice
-from minidflash.drafter import load_drafter
+from minidflash.checkpoints import load_drafter
 from minidflash.target import load_target, resolve_dtype
 from minidflash.tools.measure import methods
 from minidflash.verifier import speculative_generate, speculative_generate_batch

@@ -186,7 +186,7 @@ def test_a_tree_row_is_plain_decodings_row(target, prompt_len):
 
 @pytest.fixture(scope="module", params=["float32", "bfloat16"])
 def shipped(request):
-    from minidflash.drafter import load_drafter
+    from minidflash.checkpoints import load_drafter
     from minidflash.target import chat_ids, load_target
     from minidflash.tools.common import suite_prompts
     target, tok = load_target(dtype=request.param)

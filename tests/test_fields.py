@@ -16,8 +16,8 @@ import torch
 import minidflash.decoding as decoding
 import minidflash.verifier as verifier
 from minidflash.config import PROMPTS_DIR
-from minidflash.drafter import load_drafter
-from minidflash.settings import DecodingConfig
+from minidflash.checkpoints import load_drafter
+from minidflash.decoding_config import DecodingConfig
 from minidflash.target import chat_ids, load_target, stop_ids
 from minidflash.tools.common import read_jsonl
 from minidflash.tools.measure import methods
@@ -263,7 +263,7 @@ FLAGS = [(["--max-new-tokens", "9"], "max_new_tokens", 9), (["--block-size", "3"
 
 def test_every_field_a_command_line_sets_is_checked_here():
     from dataclasses import fields as fields_of
-    from minidflash.settings import DecodingConfig
+    from minidflash.decoding_config import DecodingConfig
     checked = {f for _, f, _ in FLAGS} | {"stop_token_ids", "trust", "record_steps"}
     assert {f.name for f in fields_of(DecodingConfig)} <= checked   # trust, steps: methods above
 

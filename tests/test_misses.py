@@ -3,7 +3,7 @@
 import pytest
 
 from minidflash.config import PROMPTS_DIR, TINY_DRAFTER_DIR
-from minidflash.drafter import load_drafter
+from minidflash.checkpoints import load_drafter
 from minidflash.target import chat_ids, load_target, stop_ids
 from minidflash.tools import common
 from minidflash.tools.measure import misses

@@ -12,7 +12,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from minidflash import hub, trainer
-from minidflash.drafter import DFlashDrafter, make_drafter_config
+from minidflash.core.drafter import DFlashDrafter, make_drafter_config
 from minidflash.hub import PACKAGED, Packaged, fetch_packaged
 from minidflash.target import (chat_ids, load_target, looks_local, mask_token_id, resolve_dtype,
                                stop_ids)

@@ -16,9 +16,9 @@ import torch
 
 from minidflash import files
 from minidflash.config import TINY_DRAFTER_DIR
-from minidflash.drafter import DECODING_FILE, DRAFT_VOCAB_FILE, load_drafter
+from minidflash.checkpoints import DECODING_FILE, DRAFT_VOCAB_FILE, load_drafter
 from minidflash.files import save_figure, save_into, write_json, write_text, write_with
-from minidflash.settings import DecodingConfig
+from minidflash.decoding_config import DecodingConfig
 from minidflash.tools import common
 from tests.helpers import random_drafter, tiny_target
 

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from minidflash.drafter import load_drafter
-from minidflash.settings import DecodingConfig
+from minidflash.checkpoints import load_drafter
+from minidflash.decoding_config import DecodingConfig
 from minidflash.tools.measure import methods
 from minidflash.verifier import speculative_generate, speculative_generate_batch
 from minidflash.verify_cost import VerifyCost, for_threads

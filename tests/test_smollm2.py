@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from minidflash.config import PROMPTS_DIR, SMOLLM2, SMOLLM2_DRAFTER_DIR
-from minidflash.drafter import load_drafter
+from minidflash.checkpoints import load_drafter
 from minidflash.target import chat_ids, load_target, mask_token_id, stop_ids
 from minidflash.verifier import speculative_generate
 from tests.helpers import check_recorded_tau, record_tau

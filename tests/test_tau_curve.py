@@ -5,9 +5,9 @@ import json
 import pytest
 import torch
 
-from minidflash.settings import DecodingConfig
+from minidflash.decoding_config import DecodingConfig
 from minidflash.config import TINY_DRAFTER_DIR
-from minidflash.drafter import load_drafter
+from minidflash.checkpoints import load_drafter
 from minidflash.tools.measure import tau_curve
 
 

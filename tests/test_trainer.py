@@ -10,7 +10,7 @@ import torch
 import minidflash.core.mask as mask_mod
 from minidflash import config, train_data, train_start, trainer
 from minidflash.config import PAPER, gamma_for
-from minidflash.drafter import target_features
+from minidflash.core.drafter import target_features
 from minidflash.core.mask import block_mask
 from tests.helpers import random_drafter, tiny_target
 
@@ -322,7 +322,7 @@ def test_init_from_target_copies_the_last_layers(arch):
     target's; fc and hidden_norm stay fresh."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from minidflash.drafter import DFlashDrafter, make_drafter_config
+    from minidflash.core.drafter import DFlashDrafter, make_drafter_config
     if arch == "qwen3":
         target = tiny_target(layers=5)
     else:

@@ -23,8 +23,9 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 import minidflash.tree as tree_mod
 from minidflash.ar_drafter import ARDrafter, make_ar_config
 from minidflash import batch as ragged
-from minidflash.drafter import DFlashDrafter, load_drafter, target_features
-from minidflash.settings import DecodingConfig, check_tree
+from minidflash.core.drafter import DFlashDrafter, target_features
+from minidflash.checkpoints import load_drafter
+from minidflash.decoding_config import DecodingConfig, check_tree
 from minidflash.tree import accept_tree, build_tree, keep_columns, tree_attention_mask
 from minidflash.decoding import cache_kwargs, choose
 from minidflash.verifier import speculative_generate, speculative_generate_batch

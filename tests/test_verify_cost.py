@@ -13,7 +13,8 @@ import pytest
 import torch
 from scipy import stats
 
-from minidflash.drafter import load_drafter, target_features
+from minidflash.core.drafter import target_features
+from minidflash.checkpoints import load_drafter
 from minidflash.target import load_target
 from minidflash.verifier import speculative_generate, speculative_generate_batch
 from minidflash.verify_cost import Trust, VerifyCost, for_threads

@@ -353,7 +353,7 @@ def check_decoding(error, target, drafter, given: dict, prompts, **call):
     drafter's, a length past the target's positions, --cost without a curve) is one line through
     ``error``, naming the flags of ``given`` that the message names."""
     from ..decoding import prepare
-    from ..settings import DecodingConfig
+    from ..decoding_config import DecodingConfig
 
     try:
         config = DecodingConfig.of(drafter).override(**given, **call)

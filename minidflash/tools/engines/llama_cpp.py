@@ -70,7 +70,7 @@ def gguf_files(drafter: str, target_name: str, target, converter: Path, *,
     ``target_type``) and the drafter's, converted with llama.cpp's converter into ``out_dir``
     (default: the user cache) with its draft vocabulary unless ``full_vocab``; and the two
     conversions' records (the target's None when it was not converted)."""
-    from ...drafter import DRAFT_VOCAB_FILE
+    from ...checkpoints import DRAFT_VOCAB_FILE
     from ...hub import user_cache_dir
 
     target_dir, gguf = target_files(target_name, target)

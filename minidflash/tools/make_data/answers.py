@@ -46,7 +46,7 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from ...files import write_json, write_with
-from ...settings import add_flags
+from ...decoding_config import add_flags
 from ..common import add_dtype, add_threads, at_least, count, out_dir, out_file, resolved_dtype
 from ..engines.llama_cpp_binaries import llama_server, server_answer
 
@@ -449,7 +449,7 @@ def time_features(args, target, decoder, manifest: dict, todo: list[int], result
 def main(argv=None) -> dict:
     """Make the shards not made yet (``--make-shards``: the first K only), then what was asked
     for on them: --time-features, --coverage, --check."""
-    from ...drafter import default_target_layer_ids
+    from ...core.drafter import default_target_layer_ids
     from ...target import load_target
     from ...train_data import in_dtype
     from . import chat_prompts

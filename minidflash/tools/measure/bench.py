@@ -31,10 +31,10 @@ from tqdm.auto import tqdm
 
 from ...decoding import crop_cache, lean_of, target_pass
 from ...config import TINY_DRAFTER_DIR, TINY_TARGET_DIR, repo_relative
-from ...drafter import load_drafter
+from ...checkpoints import load_drafter
 from ...files import save_figure
 from ...target import chat_ids, load_target, stop_ids
-from ...settings import DecodingConfig, add_flags, flag_fields
+from ...decoding_config import DecodingConfig, add_flags, flag_fields
 from ...verifier import speculative_generate
 from .. import common
 from ..common import (add_dtype, add_load, add_threads, at_least, check_decoding, check_suites,

@@ -35,9 +35,9 @@ from transformers import DynamicCache
 
 from ...config import TINY_DRAFTER_DIR
 from ...decoding import crop_cache, lean_of, target_pass
-from ...drafter import load_drafter
+from ...checkpoints import load_drafter
 from ...files import save_figure, write_json
-from ...settings import DecodingConfig, add_flags, check_tree, flag_fields
+from ...decoding_config import DecodingConfig, add_flags, check_tree, flag_fields
 from ...target import chat_ids, load_target, stop_ids
 from ...verifier import speculative_generate
 from ...verify_cost import VerifyCost, costs_from_dict, costs_to_dict
@@ -63,7 +63,7 @@ def random_pair(shape, device: str, dtype: torch.dtype):
     random weights, built on the device."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from ...drafter import DFlashDrafter, make_drafter_config
+    from ...core.drafter import DFlashDrafter, make_drafter_config
     target_fields, drafter_fields = SHAPES[shape] if isinstance(shape, str) else shape
     torch.set_default_dtype(dtype)
     try:

@@ -17,9 +17,10 @@ from dataclasses import replace
 import torch
 
 from ...config import PAPER, PROMPTS_DIR, TINY_DRAFTER_DIR
-from ...drafter import DFlashDrafter, load_drafter, make_drafter_config
+from ...core.drafter import DFlashDrafter, make_drafter_config
+from ...checkpoints import load_drafter
 from ...target import chat_ids, load_target, stop_ids
-from ...settings import add_flags, flag_fields
+from ...decoding_config import add_flags, flag_fields
 from ...verifier import speculative_generate
 from ..common import (add_dtype, add_threads, check_decoding, check_suites, count, or_error,
                       read_jsonl)

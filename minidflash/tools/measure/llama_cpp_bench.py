@@ -44,7 +44,7 @@ from pathlib import Path
 
 from ...files import save_figure
 from .. import common
-from ...settings import add_flags
+from ...decoding_config import add_flags
 from ..common import add_load, add_threads, at_least, check_suites, count, out_file, write
 from ..engines.llama_cpp import TARGET_TYPES, gguf_files, shown
 from ..engines.llama_cpp_binaries import (BENCH, PLAIN, PRE_TOKENIZER_REGEX, SPECULATIVE,
@@ -210,7 +210,7 @@ def minidflash_decodes(s: Setup, messages: list[dict], ours: list[int], plain: s
     import torch
 
     from ...target import chat_ids
-    from ...settings import DecodingConfig
+    from ...decoding_config import DecodingConfig
     from ...verifier import speculative_generate
 
     ids = chat_ids(s.tokenizer, messages)
@@ -272,7 +272,7 @@ def step_timings(result: dict, s: Setup) -> None:
     if s.a.torch_step_times:
         import torch
 
-        from ...drafter import load_drafter
+        from ...checkpoints import load_drafter
         from .bench import step_times
         drafter = s.drafter or load_drafter(s.a.drafter, target=s.target)
         result["torch_step_times"] = {}
@@ -321,7 +321,7 @@ def main(argv=None) -> dict:
 
     import torch
 
-    from ...drafter import load_drafter
+    from ...checkpoints import load_drafter
     from ...target import load_target, stop_ids
 
     torch.set_num_threads(1)

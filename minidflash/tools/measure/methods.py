@@ -60,8 +60,9 @@ from transformers import DynamicCache
 from ...ar_drafter import ARDrafter, load_ar_drafter, make_ar_config
 from ...config import TINY_AR_DRAFTER_DIR, TINY_DRAFTER_DIR
 from ...decoding import cache_kwargs, clock, crop_cache
-from ...drafter import DFlashDrafter, load_drafter, make_drafter_config
-from ...settings import TEXT_FIELDS, DecodingConfig
+from ...core.drafter import DFlashDrafter, make_drafter_config
+from ...checkpoints import load_drafter
+from ...decoding_config import TEXT_FIELDS, DecodingConfig
 from ...target import chat_ids, stop_ids
 from ...verifier import speculative_generate
 from ..common import LOOPING, correct, repeated_4gram_share, save_figure

@@ -26,8 +26,8 @@ from collections import Counter
 import torch
 
 from ...config import PROMPTS_DIR, TINY_DRAFTER_DIR
-from ...drafter import load_drafter
-from ...settings import add_flags, flag_fields
+from ...checkpoints import load_drafter
+from ...decoding_config import add_flags, flag_fields
 from ...target import chat_ids, load_target, stop_ids
 from ...verifier import speculative_generate
 from ..common import (add_dtype, add_load, add_threads, check_decoding, check_suites, count,

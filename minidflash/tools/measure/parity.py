@@ -38,9 +38,10 @@ import torch.nn.functional as F
 from transformers import DynamicCache, Qwen3Config, Qwen3ForCausalLM
 
 from ...config import RESULTS_DIR
-from ...drafter import DFlashDrafter, load_drafter, make_drafter_config, target_features
+from ...core.drafter import DFlashDrafter, make_drafter_config, target_features
+from ...checkpoints import load_drafter
 from ...files import write_json
-from ...settings import add_flags
+from ...decoding_config import add_flags
 from ...verifier import speculative_generate
 from ..common import at_least, out_file
 

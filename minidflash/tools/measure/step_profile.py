@@ -37,7 +37,7 @@ from ...decoding import crop_cache, target_pass
 from ...exact import ATTENTION
 from ...files import save_figure
 from ...target import load_target
-from ...settings import EXACT_ROWS
+from ...decoding_config import EXACT_ROWS
 from ..common import add_dtype, add_load, add_threads, at_least, count, or_error, out_file, write
 
 KINDS = {

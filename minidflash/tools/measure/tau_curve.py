@@ -25,9 +25,9 @@ from pathlib import Path
 import torch
 
 from ...config import PROMPTS_DIR
-from ...drafter import load_drafter
+from ...checkpoints import load_drafter
 from ...files import save_figure
-from ...settings import DecodingConfig, add_flags
+from ...decoding_config import DecodingConfig, add_flags
 from ...target import chat_ids, load_target, stop_ids
 from ...trainer import smooth
 from ...verifier import speculative_generate

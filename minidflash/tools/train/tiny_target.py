@@ -194,7 +194,7 @@ def _conversation_text_plain(example: dict) -> str:
 
 def main(argv=None, evaluate_only: bool = False) -> None:
     """``train-target`` (or ``eval-target``: evaluate_only), each with the flags it reads."""
-    from ...settings import add_flags
+    from ...decoding_config import add_flags
     from ..common import (add_threads, at_least, check_decoding, count, or_error, out_dir,
                           positive)
 

@@ -39,7 +39,7 @@ import torch
 
 from ...attention import BACKENDS
 from ...config import CACHE_DIR, TINY_AR_DRAFTER_DIR, TINY_DRAFTER_DIR
-from ...drafter import default_target_layer_ids
+from ...core.drafter import default_target_layer_ids
 from ...target import load_target, warn_emulated_bf16
 from ...train_data import cached_regeneration, feature_pass, in_dtype
 from ...trainer import TrainConfig, distributed, train

@@ -64,7 +64,7 @@ from .core.drafter import (DFlashDrafter, default_target_layer_ids, make_drafter
 from .config import PAPER, TINY_DRAFTER_DIR
 from .files import write_together
 from .hub import snapshot
-from .settings import DecodingConfig
+from .decoding_config import DecodingConfig
 from .target import check_folder, drafter_config, read_json, resolve_dtype
 from .verify_cost import VerifyCost
 
