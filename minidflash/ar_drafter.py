@@ -220,7 +220,7 @@ class ARDrafter(nn.Module):
     # ---------------------------------------------------------------------------------------
     def save_pretrained(self, save_directory: str | os.PathLike) -> None:
         """Weights first, config.json last, each atomically; other files in the folder are left
-        alone (as ``DFlashDrafter.save_pretrained``)."""
+        alone (as ``checkpoints.save_drafter``)."""
         from safetensors.torch import save_file
 
         cfg = self.config.to_dict()

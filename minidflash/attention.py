@@ -31,8 +31,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .config import RESULTS_DIR
-from .core.drafter import ATTENTION
+from .paths import RESULTS_DIR
+from .core.attention import ATTENTION
 from .core.mask import visible
 
 BACKENDS = ("sdpa", "triton", "flex")
@@ -87,7 +87,7 @@ def check_backend(backend: str) -> str:
 
 def attend(q, k, v, anchors, num_context, block_size, backend="sdpa", key_mask=None):
     """Attention of block queries over [context ; blocks] under the visibility rule (mask.py),
-    through the named backend (``core.drafter.ATTENTION``; "triton" falls back to SDPA without
+    through the named backend (``core.attention.ATTENTION``; "triton" falls back to SDPA without
     Triton). q (N, Hq, n*B, D); k, v (N, Hkv, S + n*B, D); anchors (N, n), or None for one block
     after all the context; key_mask (N, S + n*B) bool, or None: a ragged batch's holes, at
     inference only. Returns (N, Hq, n*B, D)."""

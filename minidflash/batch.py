@@ -42,6 +42,9 @@ has already seen, every step, for every row ahead of the slowest one (notebook 1
 from __future__ import annotations
 
 import torch
+from transformers import DynamicCache
+
+from .core.drafter import target_features
 
 COMPACT_AT = 0.25     # compact when packing would drop at least this share of the cache width
 
@@ -123,3 +126,87 @@ def compact(cache, valid: torch.Tensor, at: float | None = None) -> torch.Tensor
 def keep_rows(cache, rows: torch.Tensor) -> None:
     """Drop every row of ``cache`` not in rows (sorted (n,) indices): finished rows leave."""
     cache.batch_select_indices(rows)
+
+
+class Batch:
+    """The core loop's state for N sequences at once (core/verifier.py's ``Sequence``, ragged):
+    one target cache and one drafter cache with their ``valid`` columns, per-row positions
+    ``start`` (n,), finished rows dropped before the next step. ``rows`` are the active rows'
+    original indices; ``new``, ``accepted``, ``drafted``, ``verified`` are kept per original row.
+    on_end(i) is told when row i decodes its last token."""
+
+    def __init__(self, input_ids, mask, max_new_tokens: int, stop_ids=(), layers=None,
+                 draft_cache=None, on_end=None):
+        self.ids, self.mask, self.max_new, self.stops = input_ids, mask, max_new_tokens, set(stop_ids)
+        self.layers, self.draft_cache, self.on_end = layers, draft_cache, on_end or (lambda i: None)
+        self.cache, N = DynamicCache(), input_ids.shape[0]
+        self.lengths = mask.sum(1).tolist()                                   # prompt lengths
+        self.accepted, self.verified = [[] for _ in range(N)], [[] for _ in range(N)]
+        self.seen = None                         # the drafter's context mask of this step
+
+    def prefill(self, forward, pick) -> None:
+        """Every row's prompt in one pass; padding columns are holes from the start."""
+        logits, states, final = forward(self.ids, self.cache, logits_to_keep=1,
+                                        attention_mask=self.mask.long(),
+                                        position_ids=prompt_positions(self.mask))
+        check_cache(self.cache)
+        self.token = pick(logits[:, -1:], final)[:, 0]                        # (N,)
+        self.valid, N = self.mask, self.ids.shape[0]     # (n, L) target columns of committed tokens
+        if self.layers is not None:                      # features (n, C, L_f*H), their mask (n, C)
+            self.features, self.fresh = target_features(states, self.layers), self.mask
+            self.draft_valid = self.mask[:, :0]                               # (n, 0): empty
+        self.new, self.drafted = [[t] for t in self.token.tolist()], [[False] for _ in range(N)]
+        self.rows, self.start = list(range(N)), torch.tensor(self.lengths, device=self.ids.device)
+        self.live = [k for k in self.rows if self.new[k][0] not in self.stops and self.max_new > 1]
+
+    def active(self) -> bool:
+        """True while a row decodes; finished rows leave the batch first (their cache rows go)."""
+        if self.live and len(self.live) < len(self.rows):
+            idx = torch.tensor(self.live, dtype=torch.long, device=self.ids.device)
+            self.rows = [self.rows[k] for k in self.live]
+            self.token, self.start = self.token[idx], self.start[idx]
+            keep_rows(self.cache, idx)
+            self.valid = compact(self.cache, self.valid[idx])
+            if self.layers is not None:
+                keep_rows(self.draft_cache, idx)
+                self.draft_valid = compact(self.draft_cache, self.draft_valid[idx])
+                self.features, self.fresh = self.features[idx], self.fresh[idx]
+        return bool(self.live)
+
+    def attention(self, W: int) -> torch.Tensor:
+        """The verify pass's 2D mask: each row's committed columns, then its W new ones."""
+        return torch.cat([self.valid, self.valid.new_ones(len(self.rows), W)], 1).long()
+
+    def context(self) -> dict:
+        """What the drafter reads: every row's t, its new features, their holes masked."""
+        self.seen = torch.cat([self.draft_valid, self.fresh], 1)                # (n, Ld + C)
+        return {"last_token": self.token, "target_hidden": self.features, "start": self.start,
+                "cache": self.draft_cache, "context_mask": self.seen}
+
+    def commit(self, draft, outcome, states) -> None:
+        """Row k keeps t, d_1..d_a_k: crop what no row kept, compact, right-align the features."""
+        if self.seen is not None:             # the drafter appended this step's context
+            self.draft_valid, self.seen = compact(self.draft_cache, self.seen), None
+        W, L = draft.ids.shape[1], self.valid.shape[1]
+        a = torch.tensor([len(k) - 1 for k in outcome.kept], device=draft.ids.device)  # (n,)
+        kept, width = torch.arange(W, device=a.device) <= a[:, None], int(a.max()) + 1  # (n, W)
+        crop = self.cache.get_seq_length() - (L + width)
+        if crop > 0:
+            self.cache.crop(-crop)
+        self.valid = compact(self.cache, torch.cat([self.valid, kept[:, :width]], 1))
+        if self.layers is not None:
+            features = target_features(states, self.layers)[:, :width]
+            self.features, self.fresh = right_align(features, kept[:, :width])  # (n, C, L_f*H)
+        a_list, blocks, bonus, self.live = a.tolist(), draft.ids.tolist(), outcome.bonus.tolist(), []
+        lengths = None if draft.lengths is None else draft.lengths.tolist()
+        for k, i in enumerate(self.rows):
+            committed = blocks[k][1:a_list[k] + 1] + [bonus[k]]
+            self.new[i] += committed
+            self.drafted[i] += [True] * a_list[k] + [False]
+            self.accepted[i].append(a_list[k] + 1)
+            self.verified[i].append(W - 1 if lengths is None else lengths[k])
+            if self.stops.isdisjoint(committed) and len(self.new[i]) < self.max_new:
+                self.live.append(k)
+            else:
+                self.on_end(i)
+        self.token, self.start = outcome.bonus, self.start + a + 1

@@ -61,10 +61,11 @@ from transformers.models.qwen3.modeling_qwen3 import (Qwen3MLP, Qwen3RMSNorm,
 from .attention import check_backend, default_backend
 from .core.drafter import (DFlashDrafter, default_target_layer_ids, make_drafter_config,  # noqa: F401
                            target_features, target_shape, apply_rope)
-from .config import PAPER, TINY_DRAFTER_DIR
+from .core.paper import PAPER
+from .paths import TINY_DRAFTER_DIR
 from .files import write_together
 from .hub import snapshot
-from .decoding_config import DecodingConfig
+from .decoding_config import DecodingConfig, decoding_of, set_decoding
 from .target import check_folder, drafter_config, read_json, resolve_dtype
 from .verify_cost import VerifyCost
 
@@ -72,53 +73,55 @@ DRAFT_VOCAB_FILE = "draft_vocab.json"     # optional, beside the published confi
 DECODING_FILE = "decoding.json"   # optional: the drafter's DecodingConfig (a cut, cost curves, a tree)
 
 
-def save_pretrained(self, save_directory: str | os.PathLike) -> None:
-        """Write config.json + model.safetensors in the published layout into save_directory
-        (created if missing), and draft_vocab.json / decoding.json when the drafter has a draft
-        vocabulary / decoding settings; each file atomically, every other file in the folder
-        left alone (``files.write_together``). Such a file left by an earlier save is removed
-        when this drafter has none (the loader would read it with these weights). config.json
-        is removed first and renamed into place last: a failed save leaves the old drafter
-        whole, one killed mid-rename no config.json (which load_drafter refuses), never the old
-        config with new weights."""
-        from safetensors.torch import save_file
+def save_drafter(drafter: DFlashDrafter, save_directory: str | os.PathLike,
+                 decoding: DecodingConfig | None = None, costs: dict | None = None) -> None:
+    """Write config.json + model.safetensors in the published layout into save_directory
+    (created if missing), and draft_vocab.json / decoding.json when the drafter has a draft
+    vocabulary / decoding settings (``decoding`` and ``costs``, its cost curves; None: the
+    drafter's own, ``decoding_config.decoding_of``); each file atomically, every other file in
+    the folder left alone (``files.write_together``). Such a file left by an earlier save is
+    removed when this drafter has none (the loader would read it with these weights).
+    config.json is removed first and renamed into place last: a failed save leaves the old
+    drafter whole, one killed mid-rename no config.json (which load_drafter refuses), never the
+    old config with new weights."""
+    from safetensors.torch import save_file
 
-        c = self.config
-        rope = dict(getattr(c, "rope_parameters", None)
-                    or {"rope_type": "default", "rope_theta": getattr(c, "rope_theta", 1e6)})
-        scaling = {k: v for k, v in rope.items() if k != "rope_theta"}
-        cfg = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3",
-               "block_size": self.block_size, "num_target_layers": c.num_target_layers,
-               "dflash_config": {"mask_token_id": self.mask_token_id,
-                                 "target_layer_ids": self.target_layer_ids},
-               # the RoPE three ways, all the same: transformers v5 and the engines read
-               # rope_parameters (or rope_theta + rope_scaling), z-lab's MLX loader rope_theta
-               "rope_parameters": rope, "rope_theta": rope["rope_theta"],
-               "rope_scaling": None if rope.get("rope_type", "default") == "default" else scaling,
-               "layer_types": ["full_attention"] * c.num_hidden_layers,
-               "dtype": str(next(self.parameters()).dtype).replace("torch.", "")}
-        for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                    "num_key_value_heads", "head_dim", "rms_norm_eps", "max_position_embeddings",
-                    "vocab_size", "tie_word_embeddings", "attention_bias", "attention_dropout",
-                    "hidden_act", "initializer_range"):
-            cfg[key] = getattr(c, key)
-        state = {k: v.detach().contiguous() for k, v in self.state_dict().items()}
-        files = {"model.safetensors": lambda tmp: save_file(state, str(tmp), {"format": "pt"})}
-        if self.draft_vocab is not None:
-            vocab = {"token_ids": self.draft_vocab.tolist()}
-            files[DRAFT_VOCAB_FILE] = lambda tmp: tmp.write_text(
-                json.dumps(vocab, separators=(",", ":")) + "\n")
-        decoding = replace(getattr(self, 'decoding', DecodingConfig()), cost=bool(getattr(self, 'costs', None))).to_file(getattr(self, 'costs', None))
-        if decoding:
-            files[DECODING_FILE] = lambda tmp: tmp.write_text(json.dumps(decoding) + "\n")
-        files["config.json"] = lambda tmp: tmp.write_text(json.dumps(cfg, indent=2, sort_keys=True)
-                                                          + "\n")
-        write_together(save_directory, files, [f for f in (DRAFT_VOCAB_FILE, DECODING_FILE)
-                                               if f not in files])
-
-
-
-DFlashDrafter.save_pretrained = save_pretrained   # (temporary, until checkpoints.py)
+    if decoding is None or costs is None:
+        kept, kept_costs = decoding_of(drafter)
+        decoding = kept if decoding is None else decoding
+        costs = kept_costs if costs is None else costs
+    c = drafter.config
+    rope = dict(getattr(c, "rope_parameters", None)
+                or {"rope_type": "default", "rope_theta": getattr(c, "rope_theta", 1e6)})
+    scaling = {k: v for k, v in rope.items() if k != "rope_theta"}
+    cfg = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3",
+           "block_size": drafter.block_size, "num_target_layers": c.num_target_layers,
+           "dflash_config": {"mask_token_id": drafter.mask_token_id,
+                             "target_layer_ids": drafter.target_layer_ids},
+           # the RoPE three ways, all the same: transformers v5 and the engines read
+           # rope_parameters (or rope_theta + rope_scaling), z-lab's MLX loader rope_theta
+           "rope_parameters": rope, "rope_theta": rope["rope_theta"],
+           "rope_scaling": None if rope.get("rope_type", "default") == "default" else scaling,
+           "layer_types": ["full_attention"] * c.num_hidden_layers,
+           "dtype": str(next(drafter.parameters()).dtype).replace("torch.", "")}
+    for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "head_dim", "rms_norm_eps", "max_position_embeddings",
+                "vocab_size", "tie_word_embeddings", "attention_bias", "attention_dropout",
+                "hidden_act", "initializer_range"):
+        cfg[key] = getattr(c, key)
+    state = {k: v.detach().contiguous() for k, v in drafter.state_dict().items()}
+    files = {"model.safetensors": lambda tmp: save_file(state, str(tmp), {"format": "pt"})}
+    if drafter.draft_vocab is not None:
+        vocab = {"token_ids": drafter.draft_vocab.tolist()}
+        files[DRAFT_VOCAB_FILE] = lambda tmp: tmp.write_text(
+            json.dumps(vocab, separators=(",", ":")) + "\n")
+    settings = replace(decoding, cost=bool(costs)).to_file(costs)
+    if settings:
+        files[DECODING_FILE] = lambda tmp: tmp.write_text(json.dumps(settings) + "\n")
+    files["config.json"] = lambda tmp: tmp.write_text(json.dumps(cfg, indent=2, sort_keys=True)
+                                                      + "\n")
+    write_together(save_directory, files, [f for f in (DRAFT_VOCAB_FILE, DECODING_FILE)
+                                           if f not in files])
 
 
 def load_drafter(name_or_path=None, target=None, dtype=None, device=None,
@@ -146,7 +149,7 @@ def load_drafter(name_or_path=None, target=None, dtype=None, device=None,
                     allow_patterns=["config.json", "*.safetensors", DRAFT_VOCAB_FILE, DECODING_FILE])
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{path} has no config.json: a drafter directory needs config.json "
-                                f"and model.safetensors (write one with drafter.save_pretrained).")
+                                f"and model.safetensors (write one with save_drafter).")
     raw = drafter_config(file := path / "config.json")
     try:
         config = Qwen3Config(**raw)
@@ -183,14 +186,16 @@ def load_drafter(name_or_path=None, target=None, dtype=None, device=None,
     drafter.backend = backend
     if draft_vocab and (path / DRAFT_VOCAB_FILE).is_file():
         try:
-            drafter.set_draft_vocab(json.loads((path / DRAFT_VOCAB_FILE).read_text())["token_ids"])
+            token_ids = json.loads((path / DRAFT_VOCAB_FILE).read_text())["token_ids"]
+            check_draft_vocab(token_ids, drafter.config.vocab_size)
+            drafter.set_draft_vocab(token_ids)
         except (ValueError, KeyError, TypeError) as e:
             raise ValueError(f"{path / DRAFT_VOCAB_FILE} is not a draft vocabulary "
                              f'{{"token_ids": [...]}} for this drafter: {e} (delete the file to '
                              f"draft over the full vocabulary).") from e
     if (file := path / DECODING_FILE).is_file():
         data = read_json(file, "decoding settings, or delete it for the default decoding")
-        drafter.decoding, drafter.costs = DecodingConfig.from_file(data, str(file))
+        set_decoding(drafter, *DecodingConfig.from_file(data, str(file)))
     if target is not None:
         try:
             check_fits(drafter, target)
@@ -212,6 +217,25 @@ def check_config(config) -> None:
     B = (getattr(config, "dflash_config", None) or {}).get("block_size", 2) if B is None else B
     if not isinstance(B, int) or isinstance(B, bool) or B < 2:
         raise ValueError(f"block_size must be an integer >= 2 for a drafter, got {B!r}.")
+
+
+def check_draft_vocab(token_ids, vocab_size: int) -> None:
+    """What the core's ``set_draft_vocab`` asserts about a draft vocabulary, said clearly: a
+    non-empty 1-D list of integer token ids, each inside 0..vocab_size-1, none repeated."""
+    ids = torch.as_tensor(token_ids)
+    V = vocab_size
+    if ids.dim() != 1 or ids.numel() == 0 or ids.dtype.is_floating_point or ids.dtype == torch.bool:
+        raise ValueError(f"draft_vocab must be a non-empty 1-D list of integer token ids, got "
+                         f"{tuple(ids.shape)} {ids.dtype}; e.g. train_data.draft_vocabulary(data, k).")
+    ids = ids.long()
+    if int(ids.min()) < 0 or int(ids.max()) >= V:
+        bad = ids[(ids < 0) | (ids >= V)][:5].tolist()
+        raise ValueError(f"draft_vocab holds ids {bad} outside the vocabulary 0..{V - 1}: "
+                         f"was it made for another target?")
+    ids = ids.sort().values
+    if (ids[1:] == ids[:-1]).any():
+        dup = ids[1:][ids[1:] == ids[:-1]].unique()[:5].tolist()
+        raise ValueError(f"draft_vocab repeats ids {dup}: list each token once.")
 
 
 def check_fits(drafter: DFlashDrafter, target) -> None:

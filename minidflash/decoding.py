@@ -35,9 +35,10 @@ from transformers import DynamicCache
 
 from . import exact
 from .core.drafter import DFlashDrafter
+from .core.verifier import Sample
 from .checkpoints import check_fits
 from .lean import of as lean_pass, supports
-from .decoding_config import DecodingConfig
+from .decoding_config import DecodingConfig, decoding_of
 from .verify_cost import VerifyCost, for_threads
 
 
@@ -157,11 +158,11 @@ def cost_of(target, drafter, cfg: DecodingConfig) -> VerifyCost | bool:
         return False
     cost = cfg.cost
     if not isinstance(cost, VerifyCost):
-        if not getattr(drafter, "costs", None):
+        if not decoding_of(drafter)[1]:
             raise ValueError("cost=True prices verify lengths on the drafter's measured curve, "
                              "and its decoding.json carries none: `python -m minidflash budget "
                              "curve`, then `budget cost`, or pass a VerifyCost.")
-        cost = for_threads(drafter.costs, dtype=target.dtype)
+        cost = for_threads(decoding_of(drafter)[1], dtype=target.dtype)
     return cost if cfg.trust is None else replace(cost, trust_weight=cfg.trust)
 
 
@@ -274,22 +275,25 @@ def tie_head(target, cfg: DecodingConfig):
     return head if wanted else None
 
 
+class Pick:
+    """The pick seam of the core's loop (core/verifier.py): greedy with a bf16 head's near-ties
+    decided in fp32 (``greedy_choice``; ``final`` the final hidden states (N, T, H)), or an
+    exact sample at temperature T > 0 (``core.verifier.Sample``)."""
+
+    def __init__(self, temperature: float = 0.0, generator=None, head=None):
+        self.samples, self.head = temperature > 0, head
+        self.sample = Sample(temperature, generator) if temperature > 0 else None
+
+    def __call__(self, logits: torch.Tensor, final=None) -> torch.Tensor:
+        if self.sample is not None:
+            return self.sample(logits)
+        return greedy_choice(logits, final, self.head)
+
+
 def choose(logits: torch.Tensor, temperature: float, generator=None, hidden=None,
            head=None) -> torch.Tensor:
-    """The target's token at every position: logits (N, T, V) -> (N, T). The one sampling
-    routine of the chain, the batch and the tree.
-
-    Greedy: ``greedy_choice`` (a bf16 near-tie decided in fp32 when hidden (N, T, H) and the
-    head are given). At T > 0 an exact sample of softmax(logits / T) by inverse CDF: one uniform
-    u per position, the first token whose cumulative probability exceeds u. One cumsum over
-    (N, T, V) instead of ``torch.multinomial``, which cost as much as a whole draft.
-    """
-    if temperature == 0:
-        return greedy_choice(logits, hidden, head)
-    cdf = torch.softmax(logits.float() / temperature, dim=-1).cumsum(-1)      # (N, T, V)
-    u = torch.rand(cdf.shape[:-1] + (1,), generator=generator, device=cdf.device)
-    token = torch.searchsorted(cdf, u * cdf[..., -1:], right=True)            # (N, T, 1)
-    return token[..., 0].clamp(max=cdf.shape[-1] - 1)
+    """The target's token at every position: logits (N, T, V) -> (N, T) (``Pick`` at once)."""
+    return Pick(temperature, generator, head)(logits, hidden)
 
 
 # -- the target's pass, its cache, the clock -----------------------------------------------------
@@ -319,6 +323,46 @@ def target_pass(target, input_ids, cache, layers: bool, final: bool, logits_to_k
     h = body(input_ids=input_ids, **cache_kwargs(body, cache), **kwargs).last_hidden_state
     h = h[:, -logits_to_keep:] if logits_to_keep else h                      # (N, T', H)
     return target.get_output_embeddings()(h), None, h
+
+
+class TargetPass:
+    """The forward seam of the core's loop: ``target_pass`` with this call's settings (features
+    for a drafter, the final states for the tie rule, the lean pass, exact mode's W)."""
+
+    def __init__(self, target, layers: bool, final: bool, lean: bool = False, exact: int = 0):
+        self.target, self.layers, self.final, self.lean, self.exact = target, layers, final, lean, exact
+
+    def __call__(self, ids, cache, logits_to_keep: int = 0, **inputs):
+        return target_pass(self.target, ids, cache, self.layers, self.final, logits_to_keep,
+                           lean=self.lean, exact=self.exact, **inputs)
+
+
+class Stopwatch:
+    """Times the seams from outside the loop: the first target pass is the prefill, every
+    other one a verify; a proposal is the draft. ``step`` holds the last step's two times."""
+
+    def __init__(self, device):
+        self.device, self.times, self.step = device, {"prefill": 0.0, "draft": 0.0, "verify": 0.0}, {}
+        self.prefilled = None                         # when the prefill ended
+
+    def timed(self, fn, what: str):
+        def run(*args, **kwargs):
+            t = clock(self.device)
+            out = fn(*args, **kwargs)
+            end = clock(self.device)
+            key = what if what != "verify" or self.prefilled is not None else "prefill"
+            self.times[key] += end - t
+            self.step[key] = end - t
+            if key == "prefill":
+                self.prefilled = end
+            return out
+        return run
+
+    def now(self) -> float:
+        return clock(self.device)
+
+    def total(self) -> dict:
+        return dict(self.times, decode=clock(self.device) - self.prefilled)
 
 
 def exact_pass(target, input_ids, cache, layers: bool, final: bool, logits_to_keep: int,

@@ -43,6 +43,7 @@ text.
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import asdict, dataclass, fields, replace
 from numbers import Real
 
@@ -181,11 +182,9 @@ class DecodingConfig:
     # -- where a config comes from ------------------------------------------------------------
     @classmethod
     def of(cls, drafter) -> "DecodingConfig":
-        """What a drafter's files ask for (its decoding.json, loaded into ``drafter.decoding``);
-        the defaults without one; plain decoding without a drafter."""
-        if drafter is None:
-            return cls(block_size=1)
-        return getattr(drafter, "decoding", None) or cls()
+        """What a drafter's files ask for (its decoding.json, which load_drafter keeps for it:
+        ``decoding_of``); the defaults without one; plain decoding without a drafter."""
+        return decoding_of(drafter)[0]
 
     def override(self, **given) -> "DecodingConfig":
         """This config with each given field replaced (None: keep it). tree=False drops the tree;
@@ -380,8 +379,8 @@ class DecodingConfig:
             curve = ""
             if isinstance(c.cost, VerifyCost):
                 curve = " (the curve given)"
-            elif target is not None and getattr(drafter, "costs", None):
-                key = for_threads(drafter.costs, dtype=target.dtype, key=True)
+            elif target is not None and decoding_of(drafter)[1]:
+                key = for_threads(decoding_of(drafter)[1], dtype=target.dtype, key=True)
                 curve = (f" (the drafter's {key[0] or 'dtype-free'} curve at "
                          f"{key[1] or 'any'} thread(s))")
             what += (f"; keep as many drafts as pay on the measured verify curve{curve}, and "
@@ -401,90 +400,27 @@ class DecodingConfig:
                 f"{', stopping at ' + str(list(c.stop_token_ids)) if c.stop_token_ids else ''}.")
 
 
-# -- the command line: one flag per field, as ``train`` derives its flags from TrainConfig ------
-FLAG_HELP = {   # a field's help on every command that decodes (add_flags); the defaults are added
-    "max_new_tokens": "tokens to generate at most",
-    "block_size": "B: slot 0 and B-1 drafted slots, at most the drafter's; 1 is plain decoding",
-    "p_min": "the confidence cut: verify the leading drafts with q >= P, P in [0, 1)",
-    "cost": "price each step's verify length on the drafter's measured curve (--no-cost: don't)",
-    "trust": "with --cost: correct q as the decode goes, with this weight in [0, 1)",
-    "tree": "verify a tree of N nodes over each slot's top K, written N,K (off: a chain)",
-    "temperature": "0: greedy; T > 0: the target samples",
-    "fp32_ties": "a bf16 target's greedy near-ties decided in fp32 (--no-fp32-ties: argmax)",
-    "record_steps": "keep every step's drafts and the target's choices",
-    "lean": "the target's passes through lean.py (--no-lean: transformers' forward)",
-    "exact": "exact mode (exact.py): every pass on the same rows, so a bf16 target's greedy "
-             "output is plain decoding's bit for bit",
-}
-METAVARS = {"max_new_tokens": "N", "block_size": "B", "p_min": "P", "trust": "W", "tree": "N,K",
-            "temperature": "T"}
-FLAG_DEFAULT = {"max_new_tokens": "256", "temperature": "0", "fp32_ties": "on",
-                "record_steps": "off", "lean": "where the target supports it", "exact": "off"}
+# -- a drafter's decoding.json, kept beside it: the model (core.drafter) holds no settings -------
+_DECODING = weakref.WeakKeyDictionary()     # drafter -> (DecodingConfig, cost curves or None)
 
 
-def tree_flag(text: str):
-    """--tree N,K -> {"node_budget": N, "top_k": K}; off -> False (a chain)."""
-    from argparse import ArgumentTypeError
-    if text == "off":
-        return False
-    n, _, k = text.partition(",")
-    if not (n.isdigit() and k.isdigit()):
-        raise ArgumentTypeError(f"{text!r}: a tree is N,K (nodes, candidates per slot), e.g. "
-                                f"15,8, or off")
-    try:
-        return check_tree({"node_budget": int(n), "top_k": int(k)})
-    except ValueError as e:
-        raise ArgumentTypeError(str(e)) from None
+def decoding_of(drafter) -> tuple[DecodingConfig, dict | None]:
+    """A drafter's decoding settings and cost curves (``verify_cost.costs_from_dict``'s
+    {(dtype, threads): VerifyCost}): what its decoding.json held when load_drafter read it, or
+    what ``set_decoding`` gave it; (DecodingConfig(), None) for a drafter without, and plain
+    decoding (block_size 1) for None."""
+    if drafter is None:
+        return DecodingConfig(block_size=1), None
+    return _DECODING.get(drafter) or (DecodingConfig(), None)
 
 
-def field_flag(name: str):
-    """The argparse type of a field's flag: the text read, then checked by the config on its own
-    (trust with cost on, which it needs), so a bad value is argparse's one line naming the flag."""
-    from argparse import ArgumentTypeError
-    read = {"tree": tree_flag, "max_new_tokens": int, "block_size": int}.get(name, float)
-
-    def flag(text: str):
-        try:
-            value = read(text)
-        except ValueError:
-            raise ArgumentTypeError(f"{text!r} is not {'an integer' if read is int else 'a number'}"
-                                    ) from None
-        try:
-            DecodingConfig(**{name: value}, **({"cost": True} if name == "trust" else {}))
-        except ValueError as e:
-            raise ArgumentTypeError(f"{text}: {e}") from None
-        return value
-    return flag
-
-
-def add_flags(parser, skip=(), defaults=None, why: str = "", only=None) -> None:
-    """An option per DecodingConfig field (--max-new-tokens, --block-size, --p-min, --cost,
-    --trust, --tree N,K, --temperature, --fp32-ties, --record-steps, --lean), each None unless
-    given (or ``defaults``: the command's own, for the call's fields), so that a command keeps
-    the drafter's decoding.json for what the command line leaves out. The stops come from the
-    tokenizer. ``skip``: fields the command sets itself, said in the group's text with ``why``
-    (``only``: the fields it takes, skipping the rest)."""
-    import argparse
-    defaults, skip = defaults or {}, [n for n in FLAG_HELP if n not in only] if only else skip
-    skipped = [f"--{n.replace('_', '-')}" for n in FLAG_HELP if n in skip]
-    group = parser.add_argument_group(
-        "decoding (settings.DecodingConfig; unset: the drafter's decoding.json)",
-        f"this command sets {', '.join(skipped)} itself{': ' + why if why else ''}"
-        if skipped else None)
-    for name, text in FLAG_HELP.items():
-        if name in skip:
-            continue
-        said = defaults.get(name, FLAG_DEFAULT.get(name, "the drafter's"))
-        kw = dict(default=defaults.get(name), help=f"{text} (default {said})")
-        if name in ("cost", "fp32_ties", "record_steps", "lean", "exact"):
-            group.add_argument("--" + name.replace("_", "-"),
-                               action=argparse.BooleanOptionalAction, **kw)
-        else:
-            group.add_argument("--" + name.replace("_", "-"), type=field_flag(name),
-                               metavar=METAVARS[name], **kw)
-
-
-def flag_fields(args, skip=()) -> dict:
-    """The fields the command line set (``add_flags``), to pass as keywords over a config."""
-    names = [f.name for f in fields(DecodingConfig) if f.name not in skip]
-    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+def set_decoding(drafter, config: DecodingConfig | None = None, costs: dict | None = None) -> None:
+    """Give a drafter its decoding settings and cost curves (what ``checkpoints.save_drafter``
+    writes to decoding.json, and ``DecodingConfig.of`` reads); None and no curves: the defaults.
+    Kept while the drafter lives, not on it: a copy of the module has none of its own."""
+    if config is not None and not isinstance(config, DecodingConfig):
+        raise TypeError(f"set_decoding takes a DecodingConfig, got {type(config).__name__}.")
+    if config is None and not costs:
+        _DECODING.pop(drafter, None)
+    else:
+        _DECODING[drafter] = (config or DecodingConfig(), costs or None)

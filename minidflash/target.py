@@ -32,7 +32,8 @@ from pathlib import Path
 
 import torch
 
-from .config import PAPER, TINY_TARGET_DIR
+from .core.paper import PAPER
+from .paths import TINY_TARGET_DIR
 from .hub import PACKAGED, fetch_packaged, local_only, not_found, user_cache_dir
 
 # Qwen3's template, reduced to what the tiny model knows: system/user/assistant turns and the
@@ -147,7 +148,8 @@ def check_folder(name_or_path, what: str = "load_target", default=TINY_TARGET_DI
         path = Path(name_or_path).expanduser()
     except RuntimeError:                                  # "~someone" with no such user
         path = Path(name_or_path)
-    takes = (f"{what} takes a folder written by save_pretrained (config.json beside the "
+    writer = "save_drafter" if what == "load_drafter" else "save_pretrained"
+    takes = (f"{what} takes a folder written by {writer} (config.json beside the "
              f"weights), a hub id (owner/name), or None for the shipped default in {default}.")
     if path.is_file():
         raise FileNotFoundError(f"{name!r} is a file, not a folder. {takes}")
@@ -176,7 +178,7 @@ def drafter_config(file: Path) -> dict:
     with dflash_config and num_target_layers, sizes and counts integers >= 1, block_size >= 2
     (taken from dflash_config where newer checkpoints keep it), target_layer_ids within
     num_target_layers."""
-    raw = read_json(file, "a drafter's config (drafter.save_pretrained writes one)")
+    raw = read_json(file, "a drafter's config (checkpoints.save_drafter writes one)")
     if not isinstance(raw, dict):
         raise ValueError(f"{file} must hold a JSON object (a drafter's config), got a "
                          f"{type(raw).__name__}.")

@@ -28,7 +28,7 @@ import json
 import torch
 from tqdm.auto import tqdm
 
-from .config import CACHE_DIR
+from .paths import CACHE_DIR
 from .core.drafter import target_features
 from .files import write_with
 from .target import chat_ids, stop_ids

@@ -23,9 +23,9 @@ import torch
 
 from .ar_drafter import ARDrafter, make_ar_config
 from .attention import check_backend, default_backend
-from .config import repo_relative
+from .paths import repo_relative
 from .core.drafter import DFlashDrafter, default_target_layer_ids, make_drafter_config
-from .checkpoints import load_drafter
+from .checkpoints import check_draft_vocab, load_drafter
 from .files import write_with
 from .target import mask_token_id
 from .train_data import draft_vocabulary
@@ -53,6 +53,7 @@ def make_drafter(cfg, target, tokenizer, data: list[dict]) -> tuple:
     if cfg.draft_vocab:   # the K most frequent answer tokens: the same on every rank (same data)
         vocab_size = target.get_output_embeddings().weight.shape[0]
         vocab, coverage = draft_vocabulary(data, cfg.draft_vocab, vocab_size)
+        check_draft_vocab(vocab, drafter.config.vocab_size)
         drafter.set_draft_vocab(vocab)
         start["draft_vocab"] = {"k": cfg.draft_vocab, "answer_coverage": round(coverage, 5)}
     return drafter.train(), start

@@ -55,8 +55,11 @@ from einops import rearrange, repeat
 from tqdm.auto import tqdm
 
 from .ar_drafter import TTT_DECAY, ARDrafter
-from .config import TrainConfig, gamma_for, repo_relative
+from .core.paper import gamma_for
+from .paths import repo_relative
+from .train_config import TrainConfig
 from .core.drafter import DFlashDrafter
+from .checkpoints import save_drafter
 from .core.trainer import (block_inputs, block_labels, block_positions, drafter_logits,  # noqa: F401
                            loss_weights, sample_anchors)
 from .files import save_figure, write_json
@@ -355,7 +358,10 @@ def train(cfg: TrainConfig, target, tokenizer, data: list[dict], progress=True,
     info = run_info(cfg, history, start, info, wall_s=round(time.time() - t0, 1),
                     sequences=len(data))
     if rank == 0:
-        drafter.save_pretrained(cfg.out)
+        if isinstance(drafter, ARDrafter):
+            drafter.save_pretrained(cfg.out)
+        else:
+            save_drafter(drafter, cfg.out)
         write_json(Path(cfg.out, "training.json"), {"info": info, "history": history})
         plot_history(history, Path(cfg.out, "loss.png"))
     return {"drafter": drafter, "history": history, "info": info}

@@ -43,14 +43,11 @@ import heapq
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache
 
 from . import batch as ragged
-from .decoding import (GenerationResult, choose, clock, crop_cache, prepare, result, target_pass,
-                       tie_head)
+from .core.verifier import Outcome, keep_columns  # noqa: F401  (keep_columns: a tree's path kept)
+from .decoding import Pick
 from .verify_cost import VerifyCost
-from .core.drafter import target_features
-from .decoding_config import DecodingConfig
 
 
 @dataclass
@@ -121,120 +118,75 @@ def tree_attention_mask(parents: torch.Tensor, past_length: int,
     return mask.masked_fill(~seen, torch.finfo(dtype).min)[None, None]
 
 
+@dataclass
+class TreeDraft:
+    """A tree for the core's loop (core/verifier.py): ids (1, 1+n) = [root t, node_1..node_n],
+    node i at position start + depths[i], seeing the cache, the root, its ancestors, itself."""
+    ids: torch.Tensor         # (1, 1+n) full-vocabulary ids
+    parents: torch.Tensor     # (n,) parents first, -1 for the root's children
+    depths: torch.Tensor      # (n,)
+    dtype: torch.dtype        # the target's: the additive mask's
+
+    def inputs(self, state) -> dict:
+        pos = int(state.start) + torch.cat([self.depths.new_zeros(1), self.depths])[None]
+        return {"position_ids": pos,
+                "attention_mask": tree_attention_mask(self.parents, int(state.start), self.dtype)}
+
+    def walk(self, logits, final, pick) -> Outcome:
+        """From the root, take the target's token y at the current node; if a child holds y,
+        move to it and repeat, else stop: the path, and y as the bonus. Greedy: every node's
+        choice at once; a sample only where the walk goes (the tree never sees the draws)."""
+        tokens, parents = self.ids[0, 1:].tolist(), self.parents.tolist()
+        child = {(p + 1, t): i + 1 for i, (p, t) in enumerate(zip(parents, tokens))}
+        every = None if getattr(pick, "samples", False) else pick(logits, final)[0].tolist()
+        path, node = [], 0
+        while True:
+            y = every[node] if every is not None else int(pick(logits[:, node:node + 1], None)[0, 0])
+            if (node, y) not in child:
+                return Outcome([[0] + path], torch.tensor([y], device=self.ids.device))
+            node = child[(node, y)]
+            path.append(node)
+
+
+class TreeProposer:
+    """The proposer of a tree (``speculative_generate`` with a config's tree): one drafter pass,
+    then the node_budget best paths; with a cost curve the n of them that pay, and plain steps
+    (the root alone) after trees that did not, as the chain's cost model does."""
+
+    def __init__(self, target, drafter, block_size: int, node_budget: int, top_k: int,
+                 cost: VerifyCost | bool = False):
+        self.target, self.drafter, self.B, self.cost = target, drafter, block_size, cost
+        self.node_budget, self.top_k, self.skip, self.wait, self.checked = node_budget, top_k, 0, 0, False
+
+    def __call__(self, state) -> TreeDraft:
+        if not self.checked:                     # kept columns are gathered: full attention only
+            ragged.check_cache(state.cache)
+            self.checked = True
+        root, dtype = state.token, self.target.dtype                           # (1,)
+        if self.wait:                            # a plain step: the root alone
+            self.wait -= 1
+            none = torch.zeros(0, dtype=torch.long, device=root.device)
+            return TreeDraft(root[None], none, none, dtype)
+        c = state.context()
+        log_q = self.drafter.block_logits(self.target, root, c["target_hidden"], c["start"],
+                                          c["cache"], self.B)                  # (1, B-1, V)
+        tree = build_tree(log_q[0], self.node_budget, self.top_k)
+        n = len(tree.tokens)
+        if self.cost:
+            n, rate = self.cost.best_count(tree.scores.exp())
+            self.skip = self.wait = self.cost.next_skip(rate, self.skip)
+        tokens = self.drafter.token_ids(tree.tokens[:n])                        # (n,)
+        return TreeDraft(torch.cat([root, tokens])[None], tree.parents[:n], tree.depths[:n], dtype)
+
+
 def accept_tree(tokens: torch.Tensor, parents: torch.Tensor, logits: torch.Tensor,
                 temperature: float = 0.0, generator=None, hidden=None,
                 head=None) -> tuple[list[int], int]:
-    """Walk the tree. tokens (n,) full-vocabulary ids, parents (n,), logits (1+n, V) the target's
-    at [root, nodes]. Returns (path, y): path the accepted nodes as rows of logits (1..n), root
-    to leaf, and y the target's token after the last of them (the bonus). hidden (1+n, H), head:
-    a bf16 target's greedy near-ties decided in fp32 (``decoding.greedy_choice``)."""
-    child = {(p + 1, t): i + 1 for i, (p, t) in enumerate(zip(parents.tolist(), tokens.tolist()))}
-    greedy = None
-    if temperature == 0:           # every node's choice at once; a sample only where walked
-        greedy = choose(logits[None], 0, None, None if hidden is None else hidden[None], head)
-        greedy = greedy[0].tolist()
-    path, node = [], 0
-    while True:
-        y = (greedy[node] if greedy is not None
-             else int(choose(logits[node][None, None], temperature, generator)[0, 0]))
-        if (node, y) not in child:
-            return path, y
-        node = child[(node, y)]
-        path.append(node)
-
-
-def keep_columns(cache: DynamicCache, start: int, keep: list[int]) -> None:
-    """Keep columns 0..start-1 and start + keep (ascending) of every layer; drop the rest.
-
-    The kept columns are moved to start, start+1, ... and the cache cropped after them: a + 1
-    columns copied per layer, not all of them (batch.compact gathers every column, for rows
-    that differ; it gives the same cache here, tests/test_tree.py checks).
-    """
-    src = torch.tensor(keep, dtype=torch.long, device=cache.layers[0].keys.device) + start
-    for layer in cache.layers:
-        layer.keys[:, :, start:start + len(keep)] = layer.keys[:, :, src]      # (N, Hkv, a+1, D)
-        layer.values[:, :, start:start + len(keep)] = layer.values[:, :, src]
-    crop_cache(cache, start + len(keep))
-
-
-@torch.inference_mode()
-def tree_generate(target, drafter, input_ids: torch.Tensor, cfg: DecodingConfig,
-                  generator: torch.Generator | None = None) -> GenerationResult:
-    """Decode after input_ids (1, S), verifying a tree of drafts per step: the loop that
-    ``speculative_generate`` runs for a config with a tree (resolved by ``decoding.prepare``:
-    its block size, {"node_budget": n, "top_k": k}, the cost model or False).
-
-    The tree is at most B-1 deep. cost: each step verifies the n best nodes (n <= node_budget)
-    with the most expected tokens per unit of measured time, a node's chance being its path's
-    probability, and skips the drafter after steps that did not pay, as the chain does.
-    A config not resolved yet (tree=True, block_size None, cost=True, lean None) is resolved
-    here as ``speculative_generate`` resolves it; one without a tree is refused.
-    """
-    if not (isinstance(cfg, DecodingConfig) and isinstance(cfg.tree, dict) and cfg.block_size
-            and (cfg.cost is False or isinstance(cfg.cost, VerifyCost)) and cfg.lean is not None):
-        cfg = prepare(target, drafter, input_ids, cfg, generator=generator)
-    if not isinstance(cfg.tree, dict):
-        raise ValueError(f"tree_generate verifies a tree, and the config {str(cfg)!r} names none: "
-                         f"pass tree={{'node_budget': n, 'top_k': k}} (or call "
-                         f"speculative_generate, which runs a chain).")
-    B, T, device, layers = cfg.block_size, cfg.temperature, input_ids.device, drafter.target_layer_ids
-    node_budget, top_k, cost = cfg.tree["node_budget"], cfg.tree["top_k"], cfg.cost
-    stops = set(cfg.stop_token_ids)
-    head = tie_head(target, cfg)                         # None: fp32, sampling, or not asked
-    # 1. Prefill: the target reads the prompt; its first token and its features.
-    t0, cache = clock(device), DynamicCache()
-    logits, states, last = target_pass(target, input_ids, cache, True, head is not None, 1,
-                                       lean=cfg.lean, exact=cfg.rows)
-    ragged.check_cache(cache)                    # kept columns are gathered: full attention only
-    token = int(choose(logits[:, -1:], T, generator, last, head)[0, 0])
-    hidden = target_features(states, layers)                                  # (1, S, L_f*H)
-    draft_cache = drafter.new_cache()
-    t1 = clock(device)
-    new, drafted, lengths, verified = [token], [False], [], []
-    times = {"prefill": t1 - t0, "draft": 0.0, "verify": 0.0}
-    start = input_ids.shape[1]                   # position of `token`, the tree's root
-    done = token in stops
-    skip = wait = 0                              # plain steps after trees that did not pay
-    while len(new) < cfg.max_new_tokens and not done:
-        # 2. Draft: one drafter pass, then the best node_budget paths (the n of them that pay).
-        ts = clock(device)
-        root, fed = torch.tensor([token], device=device), not wait
-        if fed:
-            log_q = drafter.block_logits(target, root, hidden, start, draft_cache, B)  # (1, B-1, V)
-            tree = build_tree(log_q[0], node_budget, top_k)
-            if cost:
-                n, rate = cost.best_count(tree.scores.exp())
-                skip = wait = cost.next_skip(rate, skip)
-                tree = Tree(tree.tokens[:n], tree.parents[:n], tree.depths[:n], tree.scores[:n])
-        else:                                    # a plain step: the root alone
-            wait -= 1
-            none = torch.zeros(0, dtype=torch.long, device=device)
-            tree = Tree(none, none, none, none.float())
-        tokens = drafter.token_ids(tree.tokens)                                 # (n,)
-        tv = clock(device)
-        # 3. Verify root + all nodes in one target pass, each node at start + depth.
-        ids = torch.cat([root, tokens])[None]                                   # (1, 1+n)
-        pos = start + torch.cat([tree.depths.new_zeros(1), tree.depths])[None]  # (1, 1+n)
-        mask = tree_attention_mask(tree.parents, start, target.dtype)           # (1, 1, 1+n, S+1+n)
-        logits, states, last = target_pass(target, ids, cache, True, head is not None,
-                                           lean=cfg.lean, exact=cfg.rows,
-                                           position_ids=pos, attention_mask=mask)
-        te = clock(device)
-        # 4. Accept a path, keep its columns; its features are the drafter's next context.
-        path, token = accept_tree(tokens, tree.parents, logits[0], T, generator,
-                                  None if last is None else last[0], head)
-        committed = tokens[[p - 1 for p in path]].tolist() + [token]
-        keep = [0] + path
-        keep_columns(cache, start, keep)
-        h = target_features(states, layers)[:, keep]                            # (1, a+1, L_f*H)
-        hidden = h if fed else torch.cat([hidden, h], 1)   # a skipped draft leaves its own unread
-        new += committed
-        done = not stops.isdisjoint(committed)
-        drafted += [True] * len(path) + [False]
-        lengths.append(len(path) + 1)
-        verified.append(len(tokens))
-        start += len(path) + 1
-        times["draft"] += tv - ts
-        times["verify"] += te - tv
-    times["decode"] = clock(device) - t1
-    return result(input_ids, new, cfg, lengths, drafted, times, verified=verified)
+    """Walk the tree (``TreeDraft.walk``). tokens (n,) full-vocabulary ids, parents (n,), logits
+    (1+n, V) the target's at [root, nodes]. Returns (path, y): path the accepted nodes as rows of
+    logits (1..n), root to leaf, and y the target's token after the last of them (the bonus).
+    hidden (1+n, H), head: a bf16 target's greedy near-ties decided in fp32 (``decoding.Pick``)."""
+    draft = TreeDraft(torch.cat([tokens.new_zeros(1), tokens])[None], parents, parents, logits.dtype)
+    out = draft.walk(logits[None], None if hidden is None else hidden[None],
+                     Pick(temperature, generator, head))
+    return out.kept[0][1:], int(out.bonus[0])

@@ -31,9 +31,12 @@ count (``costs_from_dict``); a call uses the target's dtype and the thread count
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
+
+from .core.verifier import Draft
 
 
 def confident_prefix(q: torch.Tensor, p_min: float) -> torch.Tensor:
@@ -142,6 +145,54 @@ class Trust:
                                   and int(block[m + 1]) == int(choice[m]))
         w = self.weight
         self.got, self.meant = (1 - w) * self.got + w * observed, (1 - w) * self.meant + w * expected
+
+
+def verify_lengths(q: torch.Tensor, cfg, trust: Trust | None = None):
+    """m per row, how many leading drafts the target verifies: those before the cut (q < p_min),
+    then as many of them as pay on the cost curve. q (N, k) -> (m (N,), the first row's expected
+    tokens per unit of time, or None without a cost model). cfg: a resolved DecodingConfig."""
+    m = (confident_prefix(q, cfg.p_min) if cfg.p_min > 0
+         else torch.full((q.shape[0],), q.shape[1], dtype=torch.long, device=q.device))
+    if not cfg.cost:
+        return m, None
+    picks = [cfg.cost.best_length(q[i, :int(m[i])], trust.value if trust else 1.0)
+             for i in range(q.shape[0])]
+    return torch.tensor([n for n, _ in picks], device=q.device), picks[0][1]
+
+
+class Budgeted:
+    """The confidence cut and the cost model, as a proposer around a chain's (the core's
+    ``BlockProposer`` asked for q, or the AR drafter's): the drafter's block comes back whole and
+    the target verifies only the m leading drafts that ``verify_lengths`` allows. In a batch each
+    row has its own m (the pass as wide as the widest row, a row accepting at most its own) and
+    the drafter is never skipped (the rows would disagree on when); one sequence skips it for
+    ``next_skip`` steps after a draft that did not pay. ``learn`` feeds the trust after a step."""
+
+    def __init__(self, inner, cfg, batch: bool = False):
+        self.inner, self.cfg, self.batch = inner, cfg, batch
+        self.trust = Trust(cfg.cost.trust_weight) if cfg.cost and cfg.cost.trust_weight and not batch else None
+        self.skip = self.wait = 0
+        self.last = None                 # (q, the uncut block) of this step's draft; None: skipped
+        draft = getattr(inner.drafter, "draft", None)   # a chain drafter that can stop at a doubt
+        self.kwargs = {"p_min": cfg.p_min} if draft and "p_min" in inspect.signature(draft).parameters else {}
+
+    def __call__(self, state):
+        if self.wait:                    # a plain step: t alone
+            self.wait, self.last = self.wait - 1, None
+            return Draft(state.token[:, None])
+        draft = self.inner(state, **self.kwargs)
+        m, rate = verify_lengths(draft.q, self.cfg, self.trust)
+        if rate is not None and not self.batch:
+            self.skip = self.wait = self.cfg.cost.next_skip(rate, self.skip)
+        self.last = (draft.q, draft.ids)
+        return Draft(draft.ids[:, :1 + int(m.max())], draft.q, m if self.batch else None)
+
+    def learn(self, draft, outcome) -> None:
+        """After a drafted step of one sequence: how its accepted drafts compare with q."""
+        if self.trust and self.last:
+            q, uncut = self.last
+            self.trust.update(q[0], draft.ids.shape[1] - 1, len(outcome.kept[0]) - 1, uncut[0],
+                              outcome.choices[0])
 
 
 def costs_from_dict(d: dict) -> dict[tuple[str | None, int], VerifyCost]:

@@ -165,7 +165,7 @@ AR_K, AR_MAX_NEW = 8, 128
 def shipped_ar_taus() -> dict:
     import json
 
-    from minidflash.config import PROMPTS_DIR, TINY_AR_DRAFTER_DIR
+    from minidflash.paths import PROMPTS_DIR, TINY_AR_DRAFTER_DIR
     from minidflash.target import chat_ids, load_target, stop_ids
 
     target, tokenizer = load_target()
@@ -186,7 +186,7 @@ def shipped_ar_taus() -> dict:
 def test_shipped_ar_drafter_reaches_its_recorded_tau():
     import json
 
-    from minidflash.config import TINY_AR_DRAFTER_DIR
+    from minidflash.paths import TINY_AR_DRAFTER_DIR
 
     recorded = json.loads((TINY_AR_DRAFTER_DIR / "expected_tau.json").read_text())
     for name, tau in shipped_ar_taus().items():
@@ -196,7 +196,7 @@ def test_shipped_ar_drafter_reaches_its_recorded_tau():
 if __name__ == "__main__":
     import json
 
-    from minidflash.config import TINY_AR_DRAFTER_DIR
+    from minidflash.paths import TINY_AR_DRAFTER_DIR
 
     torch.set_num_threads(1)
     out = {"command": "PYTHONPATH=. python -m tests.test_ar_drafter", "k": AR_K,

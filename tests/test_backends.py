@@ -15,7 +15,7 @@ import torch
 from minidflash import attention, trainer
 from minidflash.attention import default_backend
 from minidflash.core.drafter import target_features
-from minidflash.config import ROOT
+from minidflash.paths import ROOT
 from tests.helpers import random_drafter, tiny_target
 
 needs_triton = pytest.mark.skipif(not attention.triton_available(),
@@ -155,7 +155,7 @@ def test_package_imports_and_decodes_without_triton():
     warning, and only minidflash.core.kernel refuses, saying why."""
     run = run_without_triton("""
 import warnings, torch
-from minidflash import attention, drafter, trainer, verifier, ar_drafter   # noqa: F401
+from minidflash import attention, checkpoints, trainer, verifier, ar_drafter   # noqa: F401
 from minidflash.tools.measure import bench, methods                                # noqa: F401
 from tests.helpers import random_drafter, tiny_target
 assert not attention.triton_available() and attention.default_backend("cuda", training=True) == "sdpa"

@@ -12,11 +12,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from minidflash.ar_drafter import ARDrafter, load_ar_drafter, make_ar_config
-from minidflash.config import TINY_AR_DRAFTER_DIR, TINY_DRAFTER_DIR, TINY_TARGET_DIR
-from minidflash.checkpoints import load_drafter
+from minidflash.paths import TINY_AR_DRAFTER_DIR, TINY_DRAFTER_DIR, TINY_TARGET_DIR
+from minidflash.checkpoints import load_drafter, save_drafter
 from minidflash.decoding_config import DecodingConfig as C
 from minidflash.target import load_target
-from minidflash.tree import tree_generate
 from minidflash.verifier import speculative_generate as sg, speculative_generate_batch as sgb
 
 from .helpers import OracleDrafter, random_drafter, tiny_target
@@ -31,7 +30,7 @@ def w(tmp_path_factory):
     root = tmp_path_factory.mktemp("bad_inputs")
     target = tiny_target(0, vocab=61, layers=4)
     drafter = random_drafter(target, 0, block_size=8)
-    drafter.save_pretrained(root / "drafter")
+    save_drafter(drafter, root / "drafter")
     torch.manual_seed(0)
     ar = ARDrafter(make_ar_config(target.config)).eval().requires_grad_(False)
     count = iter(range(10**6))
@@ -232,15 +231,11 @@ CASES = [
     ("AR drafter tree", lambda w: sg(w.target, w.ar, w.ids, tree=TREE), V, r"ARDrafter"),
     ("cost without curve", lambda w: sg(w.target, w.drafter, w.ids, cost=True), V,
      r"cost=True.*budget curve"),
-    # tree_generate called directly
-    ("tree_generate tree True", lambda w: tree_generate(w.target, w.drafter, w.ids,
-                                                        C(tree=True)), V, r"tree=True.*has none"),
-    ("tree_generate chain", lambda w: tree_generate(w.target, w.drafter, w.ids, C()), V,
-     r"names none"),
-    ("tree_generate top_k", lambda w: tree_generate(
-        w.target, w.drafter, w.ids, C(tree={"node_budget": 8, "top_k": 99})), V, r"top_k 99"),
-    ("tree_generate generator", lambda w: tree_generate(w.target, w.drafter, w.ids, C(tree=TREE),
-                                                        generator=3), T, r"generator.*int 3"),
+    # a tree through the front door
+    ("tree top_k", lambda w: sg(w.target, w.drafter, w.ids, tree={"node_budget": 8, "top_k": 99}),
+     V, r"top_k 99"),
+    ("tree generator", lambda w: sg(w.target, w.drafter, w.ids, tree=TREE, generator=3), T,
+     r"generator.*int 3"),
     # the batch
     ("batch AR no mask", lambda w: sgb(w.target, w.ar, w.batch), V, r"ARDrafter.*one row"),
     ("batch AR mask", lambda w: sgb(w.target, w.ar, w.batch,

@@ -17,6 +17,7 @@ from scipy import stats
 
 import minidflash.batch as ragged
 import minidflash.verifier as verifier
+from minidflash import decoding
 from minidflash.ar_drafter import ARDrafter, make_ar_config
 from minidflash.batch import left_pad, pack_right, right_align
 from minidflash.core.drafter import DFlashDrafter
@@ -122,7 +123,7 @@ def verify_spy(target, monkeypatch, log):
     """Record every verify pass's batch and check the invariant of the ragged cache: each row
     sees exactly as many cache columns as it has committed tokens before its block (its
     position), whatever the holes."""
-    real = verifier.target_pass
+    real = decoding.target_pass
 
     def target_pass(target_, input_ids, cache, *args, **kwargs):    # every pass, lean or not
         pos = kwargs.get("position_ids")
@@ -137,7 +138,7 @@ def verify_spy(target, monkeypatch, log):
                 assert torch.equal(seen, pos[:, 0]), f"columns seen {seen.tolist()} != positions {pos[:, 0].tolist()}"
         return real(target_, input_ids, cache, *args, **kwargs)
 
-    monkeypatch.setattr(verifier, "target_pass", target_pass)
+    monkeypatch.setattr(decoding, "target_pass", target_pass)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -231,7 +232,7 @@ def test_shipped_models_rows_match_alone():
     """The shipped tiny target and drafter on four real prompts of different lengths: every row
     drafts, accepts and emits exactly what it does alone (so the drafter's ragged context, its
     positions and holes, are right: a wrong context changes drafts, not outputs)."""
-    from minidflash.config import PROMPTS_DIR
+    from minidflash.paths import PROMPTS_DIR
     from minidflash.checkpoints import load_drafter
     from minidflash.target import chat_ids, load_target, stop_ids
     from minidflash.tools.common import read_jsonl
@@ -346,20 +347,20 @@ def test_sampling_test_catches_a_verify_that_forgets_the_mask(sampling_setup, mo
     """The same test, same seed and size, rejects a plausible bug: the verify pass run without
     the attention mask, so a row sees its padding and its rejected drafts."""
     target, drafter, probs = sampling_setup
-    real = verifier.target_pass
+    real = decoding.target_pass
 
     def target_pass(target_, input_ids, cache, *args, **kwargs):    # every pass, lean or not
         if cache is not None and cache.get_seq_length() > 0:
             kwargs.pop("attention_mask")
         return real(target_, input_ids, cache, *args, **kwargs)
-    monkeypatch.setattr(verifier, "target_pass", target_pass)
+    monkeypatch.setattr(decoding, "target_pass", target_pass)
     assert min(row_pvalues(target, drafter, probs, 1500, seed=0)) < 1e-6
 
 
 def test_throughput_tool_compares_every_batch_with_plain_decoding():
     """bench --batch-sizes: every batch decoded by both methods, DFlash's rows checked against
     plain decoding's, figures for every (threads, N), the batched path timed at N = 1."""
-    from minidflash.config import PROMPTS_DIR
+    from minidflash.paths import PROMPTS_DIR
     from minidflash.checkpoints import load_drafter
     from minidflash.target import load_target
     from minidflash.tools.measure import batch_bench
@@ -381,7 +382,7 @@ def test_throughput_tool_compares_every_batch_with_plain_decoding():
 def test_throughput_tool_in_exact_mode_checks_every_row_against_its_prompt_alone(monkeypatch):
     """bench --batch-sizes --exact: each row of a batch (plain's and DFlash's) compared with plain
     decoding's answer for its prompt alone; one row changed, the check says so."""
-    from minidflash.config import PROMPTS_DIR
+    from minidflash.paths import PROMPTS_DIR
     from minidflash.checkpoints import load_drafter
     from minidflash.target import load_target
     from minidflash.tools.common import read_jsonl

@@ -9,8 +9,8 @@ import pytest
 from minidflash.decoding_config import DecodingConfig
 import torch
 
-from minidflash.config import PROMPTS_DIR, TINY_AR_DRAFTER_DIR
-from minidflash.checkpoints import load_drafter
+from minidflash.paths import PROMPTS_DIR, TINY_AR_DRAFTER_DIR
+from minidflash.checkpoints import load_drafter, save_drafter
 from minidflash.target import load_target
 from minidflash.tools.measure import bench, methods
 from minidflash.tools import common
@@ -192,7 +192,7 @@ def test_full_vocab_ignores_the_draft_vocabulary_file(tmp_path, monkeypatch, tin
     draft_vocab.json does; without it the file's subset is used; the JSON says which."""
     drafter = load_drafter(target=tiny[0])
     drafter.set_draft_vocab(range(0, drafter.config.vocab_size, 2))
-    drafter.save_pretrained(tmp_path / "d")
+    save_drafter(drafter, tmp_path / "d")
     seen = []
 
     def fake_step_times(target, drafter, context=512, repeats=20, lean=None):

@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from minidflash.decoding_config import DecodingConfig
-from minidflash.checkpoints import load_drafter
+from minidflash.decoding_config import DecodingConfig, decoding_of, set_decoding
+from minidflash.checkpoints import load_drafter, save_drafter
 from minidflash.target import chat_ids, load_target, stop_ids
 from minidflash.tools.measure import budget
 from minidflash.tools import common
@@ -60,8 +60,8 @@ def test_cost_writes_a_saved_curve_into_the_drafters_files(tmp_path):
     drafter's default cost model; its other settings stay."""
     target = tiny_target(4, vocab=97, layers=4)
     drafter = random_drafter(target, 4)
-    drafter.decoding = DecodingConfig(p_min=0.3)
-    drafter.save_pretrained(tmp_path / "d")
+    set_decoding(drafter, DecodingConfig(p_min=0.3))
+    save_drafter(drafter, tmp_path / "d")
     curve = {"threads": {"1": {"in_decode_steps": [1.0, 1.8, 2.2], "verify_ms": [10.0, 18, 22],
                                "draft_ms": 2.0},
                          "2": {"in_decode_steps": [1.0, 1.4, 1.5], "verify_ms": [6.0, 8.4, 9],
@@ -69,16 +69,16 @@ def test_cost_writes_a_saved_curve_into_the_drafters_files(tmp_path):
     (tmp_path / "curve.json").write_text(json.dumps(curve))
     budget.main(["cost", "--from", str(tmp_path / "curve.json"), "--drafter", str(tmp_path / "d")])
     loaded = load_drafter(tmp_path / "d", target=target)
-    assert loaded.decoding.p_min == 0.3
-    assert loaded.costs == {(None, 1): VerifyCost((1.0, 1.8, 2.2), 0.2),
+    assert DecodingConfig.of(loaded).p_min == 0.3
+    assert decoding_of(loaded)[1] == {(None, 1): VerifyCost((1.0, 1.8, 2.2), 0.2),
                             (None, 2): VerifyCost((1.0, 1.4, 1.5), 0.25)}
     assert not list(tmp_path.glob("d/*.tmp"))
     budget.main(["cost", "--from", str(tmp_path / "curve.json"), "--drafter", str(tmp_path / "d"),
                  "--trust", "0.2"])
     again = load_drafter(tmp_path / "d", target=target)
-    assert {c.trust_weight for c in again.costs.values()} == {0.2}
+    assert {c.trust_weight for c in decoding_of(again)[1].values()} == {0.2}
     with pytest.raises(ValueError, match="not a drafter folder"):
-        budget.write_cost(tmp_path, loaded.costs)
+        budget.write_cost(tmp_path, decoding_of(loaded)[1])
 
 
 def test_curve_of_a_published_shape_with_random_weights(tmp_path, monkeypatch):

@@ -6,7 +6,7 @@ import subprocess
 import pytest
 import torch
 
-from minidflash.config import PROMPTS_DIR
+from minidflash.paths import PROMPTS_DIR
 from minidflash.tools.make_data import chat_prompts as cp
 from minidflash.tools.make_data import word_problems as wp
 from minidflash.tools.common import read_jsonl
@@ -227,7 +227,7 @@ def test_the_kept_answers_are_answers_to_these_prompts():
     import hashlib
     import json
 
-    from minidflash.config import DATA_DIR
+    from minidflash.paths import DATA_DIR
     from minidflash.tools.make_data import answers
 
     folders = sorted(DATA_DIR.glob(f"*/{answers.MANIFEST}"))
@@ -357,7 +357,7 @@ def cli_run(monkeypatch, argv):
 
 
 def test_tiny_target_commands_are_unchanged(monkeypatch):
-    from minidflash.config import TINY_AR_DRAFTER_DIR, TINY_DRAFTER_DIR
+    from minidflash.paths import TINY_AR_DRAFTER_DIR, TINY_DRAFTER_DIR
     from minidflash.trainer import TrainConfig
 
     seen = cli_run(monkeypatch, "--num-layers 1 --steps 3000 --lr 1.5e-3".split())

@@ -17,7 +17,7 @@ from pathlib import Path
 from unittest import mock
 
 from minidflash.__main__ import COMMANDS, main as minidflash
-from minidflash.config import ROOT
+from minidflash.paths import ROOT
 
 RESULTS = ROOT / "data" / "results"
 LEDGER = ROOT / "docs" / "claims_ledger.json"

@@ -13,8 +13,10 @@ from dataclasses import fields
 import pytest
 
 from minidflash.__main__ import COMMANDS, main
-from minidflash.config import ROOT, TrainConfig
-from minidflash.decoding_config import FLAG_HELP, DecodingConfig
+from minidflash.paths import ROOT
+from minidflash.train_config import TrainConfig
+from minidflash.decoding_config import DecodingConfig
+from minidflash.tools.flags import FLAG_HELP
 
 FOLDER, FILE = "@folder", "@file"      # stand-ins for a folder and a file that exist (tmp_path)
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from minidflash.config import RESULTS_DIR
+from minidflash.paths import RESULTS_DIR
 from minidflash.tools.measure import cost
 
 

@@ -1,4 +1,4 @@
-"""The confidence cut (verifier.confident_prefix, ``p_min``): only the leading drafts the drafter
+"""The confidence cut (verify_cost.confident_prefix, ``p_min``): only the leading drafts the drafter
 gives probability >= p_min are verified. It reads the drafter's outputs only, so it may change
 how many tokens a step certifies, never which: greedy output identical to plain decoding, T = 1
 distributed as plain sampling, a batch's rows cut at their own lengths, and the AR drafter's
@@ -12,11 +12,12 @@ import pytest
 import torch
 from scipy import stats
 
-from minidflash.decoding_config import DecodingConfig
+from minidflash.decoding_config import DecodingConfig, set_decoding
 from minidflash.ar_drafter import ARDrafter, make_ar_config
 from minidflash.core.drafter import DFlashDrafter
-from minidflash.checkpoints import load_drafter
-from minidflash.verifier import confident_prefix, speculative_generate, speculative_generate_batch
+from minidflash.checkpoints import load_drafter, save_drafter
+from minidflash.verifier import speculative_generate, speculative_generate_batch
+from minidflash.verify_cost import confident_prefix
 from tests import helpers
 from tests.helpers import random_drafter, tiny_target
 from tests.test_batched import RowOracle, plain_greedy
@@ -121,11 +122,11 @@ class RandomConfidence(DFlashDrafter):
     token, drafted token): spread over [0, 1), so a threshold cuts steps at every length, and
     never a function of the target's verdict on the block."""
 
-    def draft(self, *args, with_probs=False, **kwargs):
-        guess = super().draft(*args, **kwargs)
+    def draft(self, target, last_token, target_hidden, start, *args, with_probs=False, **kwargs):
+        guess = super().draft(target, last_token, target_hidden, start, *args, **kwargs)
         if not with_probs:
             return guess
-        last, start = int(args[1][0]), int(args[3])
+        last, start = int(last_token[0]), int(start)
         return guess, torch.tensor([[random.Random(f"{start + 1 + j}/{last}/{int(t)}").random()
                                      for j, t in enumerate(guess[0])]])
 
@@ -190,11 +191,11 @@ def test_ar_chain_stops_at_its_first_doubtful_token(monkeypatch):
 def test_a_drafters_files_carry_its_default_cut(tmp_path):
     target = tiny_target(2, vocab=97, layers=4)
     drafter = random_drafter(target, 2)
-    drafter.decoding = DecodingConfig(p_min=0.3)
-    drafter.save_pretrained(tmp_path / "d")
+    set_decoding(drafter, DecodingConfig(p_min=0.3))
+    save_drafter(drafter, tmp_path / "d")
     assert json.loads((tmp_path / "d" / "decoding.json").read_text()) == {"p_min": 0.3}
     loaded = load_drafter(tmp_path / "d", target=target)
-    assert loaded.decoding.p_min == 0.3
+    assert DecodingConfig.of(loaded).p_min == 0.3
     ids = torch.randint(0, 96, (1, 8))
     default = speculative_generate(target, loaded, ids, max_new_tokens=20)
     assert default.verified == speculative_generate(target, loaded, ids, max_new_tokens=20,

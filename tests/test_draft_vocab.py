@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 from minidflash import train_data, trainer
 from minidflash.core.drafter import DFlashDrafter
-from minidflash.checkpoints import DRAFT_VOCAB_FILE, load_drafter
+from minidflash.checkpoints import DRAFT_VOCAB_FILE, check_draft_vocab, load_drafter, save_drafter
 from minidflash.verifier import speculative_generate
 from tests.helpers import published_names, random_drafter, tiny_target
 from tests.test_lossless import N_NEW, TEMP, V, chi_square_pvalue, exact_distribution, plain_greedy
@@ -151,8 +151,8 @@ def test_round_trip_with_and_without_the_file(tmp_path):
     plain = random_drafter(target, 0, layers=2, block_size=8)
     subset = random_drafter(target, 0, layers=2, block_size=8)
     subset.set_draft_vocab([90, 3, 17, 5, 0, 2])
-    plain.save_pretrained(tmp_path / "plain")
-    subset.save_pretrained(tmp_path / "subset")
+    save_drafter(plain, tmp_path / "plain")
+    save_drafter(subset, tmp_path / "subset")
     assert sorted(p.name for p in (tmp_path / "plain").iterdir()) == ["config.json", "model.safetensors"]
     assert sorted(p.name for p in (tmp_path / "subset").iterdir()) == [
         "config.json", DRAFT_VOCAB_FILE, "model.safetensors"]
@@ -176,7 +176,7 @@ def test_round_trip_with_and_without_the_file(tmp_path):
     assert set(runs[0]) <= {0, 2, 3, 5, 17, 90}
     # saving a subset drafter again without its subset drops the file
     loaded.set_draft_vocab(None)
-    loaded.save_pretrained(tmp_path / "subset")
+    save_drafter(loaded, tmp_path / "subset")
     assert not (tmp_path / "subset" / DRAFT_VOCAB_FILE).exists()
 
 
@@ -187,10 +187,10 @@ def test_save_is_atomic(tmp_path, monkeypatch):
     d = random_drafter(target, 0)
     (tmp_path / "d.tmp").mkdir()
     (tmp_path / "d.tmp" / DRAFT_VOCAB_FILE).write_text('{"token_ids": [1]}')   # a stale file
-    d.save_pretrained(tmp_path / "d")
+    save_drafter(d, tmp_path / "d")
     assert load_drafter(tmp_path / "d").draft_vocab is None
     d.set_draft_vocab([4, 5, 6])
-    d.save_pretrained(tmp_path / "d")
+    save_drafter(d, tmp_path / "d")
     d.set_draft_vocab([7, 8])
     real = json.dumps
 
@@ -200,7 +200,7 @@ def test_save_is_atomic(tmp_path, monkeypatch):
         return real(obj, *args, **kwargs)
     monkeypatch.setattr(json, "dumps", crash)
     with pytest.raises(OSError):
-        d.save_pretrained(tmp_path / "d")
+        save_drafter(d, tmp_path / "d")
     monkeypatch.undo()
     assert load_drafter(tmp_path / "d").draft_vocab.tolist() == [4, 5, 6]
 
@@ -213,9 +213,9 @@ def test_bad_draft_vocabularies_are_refused_clearly(tmp_path):
                       (torch.tensor([1.0, 2.0]), "integer token ids"),
                       (torch.tensor([[1, 2]]), "1-D")):
         with pytest.raises(ValueError, match=says):
-            d.set_draft_vocab(bad)
+            check_draft_vocab(bad, d.config.vocab_size)
     assert d.draft_vocab is None                        # a refused subset leaves none set
-    d.save_pretrained(tmp_path / "d")
+    save_drafter(d, tmp_path / "d")
     for text in ('{"token_ids": [1, 200]}', '{"ids": [1, 2]}', '{"token_ids": [4, 4]}'):
         (tmp_path / "d" / DRAFT_VOCAB_FILE).write_text(text)
         with pytest.raises(ValueError, match=DRAFT_VOCAB_FILE):

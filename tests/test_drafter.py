@@ -9,7 +9,7 @@ from transformers import Qwen3Config
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
 
 from minidflash.core.drafter import DFlashDrafter, default_target_layer_ids, make_drafter_config
-from minidflash.checkpoints import load_drafter
+from minidflash.checkpoints import load_drafter, save_drafter
 from minidflash.verifier import speculative_generate
 from tests.helpers import published_names, random_drafter, tiny_target
 
@@ -22,7 +22,7 @@ def test_target_layer_ids_formula():
 def test_round_trip_writes_exactly_the_published_format(tmp_path):
     target = tiny_target(0)
     d = random_drafter(target, 0, layers=2, block_size=8)
-    d.save_pretrained(tmp_path / "d")
+    save_drafter(d, tmp_path / "d")
     assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["config.json", "model.safetensors"]
     cfg = json.loads((tmp_path / "d" / "config.json").read_text())
     assert cfg["architectures"] == ["DFlashDraftModel"] and cfg["model_type"] == "qwen3"
@@ -118,7 +118,7 @@ def test_rope_round_trips_in_every_spelling(tmp_path, kind):
     x, pos = torch.zeros(1, 1, 16), torch.arange(0, 400, 7)[None]
     for got, want in zip(d.rotary_emb(x, pos), Qwen3RotaryEmbedding(reference)(x, pos)):
         torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
-    d.save_pretrained(tmp_path / "again")
+    save_drafter(d, tmp_path / "again")
     cfg = json.loads((tmp_path / "again" / "config.json").read_text())
     assert cfg["rope_parameters"] == meant and cfg["rope_theta"] == meant["rope_theta"]
     scaling = {k: v for k, v in meant.items() if k != "rope_theta"}
@@ -135,7 +135,7 @@ def test_scaled_rope_of_the_target_survives_save_and_load(tmp_path):
     target = tiny_target(1)
     target.config.rope_parameters = {**YARN, "rope_theta": 500000.0}
     d = random_drafter(target, 1, layers=2)
-    d.save_pretrained(tmp_path / "d")
+    save_drafter(d, tmp_path / "d")
     e = load_drafter(tmp_path / "d", target=target)
     block, ctx, pos = torch.randn(1, 16, 64), torch.randn(1, 300, 3 * 64), torch.arange(0, 316)[None]
     assert dict(e.config.rope_parameters) == {**YARN, "rope_theta": 500000.0}

@@ -23,7 +23,8 @@ import pytest
 import torch
 
 from minidflash import train_data, trainer
-from minidflash.config import PAPER, PROMPTS_DIR, TINY_DEEP_DRAFTER_DIR, TINY_DRAFTER_DIR
+from minidflash.core.paper import PAPER
+from minidflash.paths import PROMPTS_DIR, TINY_DEEP_DRAFTER_DIR, TINY_DRAFTER_DIR
 from minidflash.checkpoints import load_drafter
 from minidflash.target import chat_ids, load_target, stop_ids
 from tests.helpers import check_recorded_tau, record_decoding, record_tau

@@ -15,6 +15,7 @@ import torch
 
 import minidflash.target as target_mod
 import minidflash.verifier as verifier
+import minidflash.core.verifier as core_verifier
 from minidflash.decoding import greedy_choice
 from minidflash.checkpoints import load_drafter
 from minidflash.target import load_target, resolve_dtype
@@ -126,8 +127,8 @@ def test_a_wrong_acceptance_rule_parts_at_a_large_gap(bf16_pair, monkeypatch):
     """Accepting one draft more than agrees commits tokens the target never chose: the partings
     then sit at fp32 gaps far above a near-tie, which is what makes the gap a test."""
     target, drafter, fp32 = bf16_pair
-    right = verifier.accepted_lengths
-    monkeypatch.setattr(verifier, "accepted_lengths",
+    right = core_verifier.accepted_lengths
+    monkeypatch.setattr(core_verifier, "accepted_lengths",
                         lambda block, y: (right(block, y) + 1).clamp(max=block.shape[1] - 1))
     found = partings(target, drafter, fp32,
                      lambda t, d, ids: speculative_generate(t, d, ids, max_new_tokens=40,

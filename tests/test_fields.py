@@ -15,9 +15,10 @@ import torch
 
 import minidflash.decoding as decoding
 import minidflash.verifier as verifier
-from minidflash.config import PROMPTS_DIR
+from minidflash import verify_cost
+from minidflash.paths import PROMPTS_DIR
 from minidflash.checkpoints import load_drafter
-from minidflash.decoding_config import DecodingConfig
+from minidflash.decoding_config import DecodingConfig, set_decoding
 from minidflash.target import chat_ids, load_target, stop_ids
 from minidflash.tools.common import read_jsonl
 from minidflash.tools.measure import methods
@@ -93,7 +94,7 @@ def test_p_min(tiny, path):
 def test_p_min_over_a_tree_selects_the_chain(tiny):
     target, drafter, prompts, _ = tiny
     d = copy.copy(drafter)
-    d.decoding = DecodingConfig(tree=TREE)                 # a drafter whose default is a tree
+    set_decoding(d, DecodingConfig(tree=TREE))                 # a drafter whose default is a tree
     out = speculative_generate(target, d, prompts[0], max_new_tokens=20, p_min=0.5)
     assert out.config.tree is None and out.config.p_min == 0.5
     assert "default tree is not used" in out.config.describe(target, d)
@@ -113,12 +114,12 @@ def test_trust(tiny, monkeypatch):
     target, drafter, prompts, _ = tiny
     made = []
 
-    class Spy(verifier.Trust):
+    class Spy(verify_cost.Trust):
         def __init__(self, weight):
             super().__init__(weight)
             made.append(self)
 
-    monkeypatch.setattr(verifier, "Trust", Spy)
+    monkeypatch.setattr(verify_cost, "Trust", Spy)
     flat = VerifyCost(tuple(1.0 + 0.01 * k for k in range(16)), draft=0.05)
     run("chain", target, drafter, prompts[0], max_new_tokens=20, cost=flat)
     assert not made
@@ -142,7 +143,7 @@ def test_a_batch_refuses_a_tree_and_lets_a_default_tree_give_way(tiny):
     with pytest.raises(ValueError, match="one sequence at a time"):
         run("batch", target, drafter, prompts[0], max_new_tokens=5, tree=TREE)
     d = copy.copy(drafter)
-    d.decoding = DecodingConfig(tree=TREE)
+    set_decoding(d, DecodingConfig(tree=TREE))
     out = speculative_generate_batch(target, d, prompts[0], max_new_tokens=5)[0]
     assert out.config.tree is None
     assert "a batch verifies chains" in out.config.describe(target, d, batch=True)
@@ -179,10 +180,8 @@ def test_a_planted_ignored_temperature_goes_red(tiny, monkeypatch):
     """The check has power: a loop that reads temperature 0 whatever the config says makes
     ``test_temperature``'s observation fail, for each of the three loops."""
     target, drafter, prompts, _ = tiny
-    real = decoding.choose
-    monkeypatch.setattr(verifier, "choose", lambda logits, T, *a, **k: real(logits, 0, *a, **k))
-    import minidflash.tree as tree_mod
-    monkeypatch.setattr(tree_mod, "choose", lambda logits, T, *a, **k: real(logits, 0, *a, **k))
+    real = decoding.Pick
+    monkeypatch.setattr(verifier, "Pick", lambda T, *a, **k: real(0, *a, **k))
     for path in PATHS:
         greedy = run(path, target, drafter, prompts[0], max_new_tokens=30)
         hot = run(path, target, drafter, prompts[0], max_new_tokens=30, temperature=3.0,
@@ -225,7 +224,7 @@ def test_record_steps(tiny, path):
 def test_record_steps_over_a_tree_selects_the_chain(tiny):
     target, drafter, prompts, _ = tiny
     d = copy.copy(drafter)
-    d.decoding = DecodingConfig(tree=TREE)
+    set_decoding(d, DecodingConfig(tree=TREE))
     out = speculative_generate(target, d, prompts[0], max_new_tokens=20, record_steps=True)
     assert out.config.tree is None and len(out.steps) == len(out.acceptance_lengths)
 
@@ -296,7 +295,8 @@ def test_the_demo_honours_every_flag(tiny, monkeypatch, capsys, flag, field, val
 
 def with_curve(drafter):
     d = copy.copy(drafter)
-    d.costs = {("float32", 1): VerifyCost(tuple(1.0 + 0.05 * k for k in range(16)), draft=0.1)}
+    set_decoding(d, DecodingConfig.of(drafter),
+                 {("float32", 1): VerifyCost(tuple(1.0 + 0.05 * k for k in range(16)), draft=0.1)})
     return d
 
 

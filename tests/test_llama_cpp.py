@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from minidflash.config import TINY_TARGET_DIR
+from minidflash.paths import TINY_TARGET_DIR
 from minidflash.tools.engines import llama_cpp as engine
 from minidflash.tools.engines import llama_cpp_binaries as bins
 from minidflash.tools.measure import llama_cpp_bench as lc

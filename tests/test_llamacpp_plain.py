@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from minidflash.config import PROMPTS_DIR
+from minidflash.paths import PROMPTS_DIR
 from minidflash.target import chat_ids, load_target, stop_ids
 from minidflash.tools import common
 from minidflash.tools.engines import llama_cpp_binaries as bins

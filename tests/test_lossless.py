@@ -16,6 +16,8 @@ import torch
 from scipy import stats
 
 import minidflash.verifier as verifier
+import minidflash.core.verifier as core_verifier
+from minidflash import decoding
 from minidflash.verifier import speculative_generate
 from tests import helpers
 from tests.helpers import OracleDrafter, random_drafter, tiny_target
@@ -95,7 +97,7 @@ def test_caches_are_context_only_and_cropped(monkeypatch):
     ref = plain_greedy(target, ids, 40)
     drafter = OracleDrafter(random_drafter(target, 5), torch.cat([ref, ref], 1), 0.2, seed=1)
     target_caches, seen = [], []
-    real_pass, real_draft = verifier.target_pass, drafter.draft
+    real_pass, real_draft = decoding.target_pass, drafter.draft
 
     def target_spy(target_, input_ids, cache, *args, **kwargs):   # every target pass, lean or not
         pos = kwargs.get("position_ids")        # None at the prefill
@@ -104,7 +106,8 @@ def test_caches_are_context_only_and_cropped(monkeypatch):
         target_caches.append(cache)
         return real_pass(target_, input_ids, cache, *args, **kwargs)
 
-    def spy(target_, last, hidden, start, cache, B=None, context_ids=None):
+    def spy(target_, last_token, target_hidden, start, cache, block_size=None, context_ids=None):
+        last, hidden, B = last_token, target_hidden, block_size
         assert target_caches[-1].get_seq_length() == start   # cropped: rejected drafts are gone
         # Before each draft the drafter cache covers exactly the context not passed again.
         assert cache.get_seq_length() + hidden.shape[1] == start
@@ -113,7 +116,7 @@ def test_caches_are_context_only_and_cropped(monkeypatch):
         seen.append(start)
         return out
 
-    monkeypatch.setattr(verifier, "target_pass", target_spy)
+    monkeypatch.setattr(decoding, "target_pass", target_spy)
     monkeypatch.setattr(drafter, "draft", spy)
     out = speculative_generate(target, drafter, ids, max_new_tokens=40, block_size=8)
     assert torch.equal(out.output_ids, ref) and len(seen) == len(out.acceptance_lengths)
@@ -179,6 +182,12 @@ def wrong_accept(block, logits, temperature, generator=None, hidden=None, head=N
     return a, committed, y
 
 
+def wrong_walk(draft, logits, final, pick):
+    """``wrong_accept`` as the walk of the core loop's chain."""
+    a, committed, y = wrong_accept(draft.ids, logits, pick.sample.temperature, pick.sample.generator)
+    return core_verifier.Outcome([list(range(a + 1))], torch.tensor([committed[-1]]), y)
+
+
 @pytest.fixture(scope="module")
 def sampling_setup():
     target = tiny_target(7, vocab=V, layers=2, hidden=32, heads=2, kv_heads=1)
@@ -204,7 +213,7 @@ def test_sampling_matches_target_distribution(sampling_setup, exact):
 def test_wrong_acceptance_rule_is_caught(sampling_setup, monkeypatch, exact):
     """The same test, same seed and size, rejects a subtly wrong rule: it has power."""
     target, drafter, ids, probs = sampling_setup
-    monkeypatch.setattr(verifier, "accept", wrong_accept)
+    monkeypatch.setattr(core_verifier.Draft, "walk", wrong_walk)
     n = 1500
     counts = sample_counts(target, drafter, ids, n, seed=0, exact=exact)
     assert chi_square_pvalue(counts, probs, n) < 1e-6

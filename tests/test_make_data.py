@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from minidflash.config import PROMPTS_DIR
+from minidflash.paths import PROMPTS_DIR
 from minidflash.target import load_target
 from minidflash.tools.make_data import answers, chat_prompts, gym, magpie, overlap
 from minidflash.tools.common import read_jsonl

@@ -2,7 +2,7 @@
 
 import pytest
 
-from minidflash.config import PROMPTS_DIR, TINY_DRAFTER_DIR
+from minidflash.paths import PROMPTS_DIR, TINY_DRAFTER_DIR
 from minidflash.checkpoints import load_drafter
 from minidflash.target import chat_ids, load_target, stop_ids
 from minidflash.tools import common

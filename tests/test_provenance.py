@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from minidflash.config import DATA_DIR, ROOT, TINY_DRAFTER_DIR
+from minidflash.paths import DATA_DIR, ROOT, TINY_DRAFTER_DIR
 from minidflash.tools import common
 from minidflash.tools.measure import (ablations, bench, budget, llama_cpp_bench, misses,
                                       step_profile, tau_curve)

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from minidflash.__main__ import COMMANDS, main as minidflash
-from minidflash.config import ROOT
+from minidflash.paths import ROOT
 from minidflash.tools.measure.render import provenance
 
 README = ROOT / "README.md"

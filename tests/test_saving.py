@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from minidflash import files
-from minidflash.config import TINY_DRAFTER_DIR
-from minidflash.checkpoints import DECODING_FILE, DRAFT_VOCAB_FILE, load_drafter
+from minidflash.paths import TINY_DRAFTER_DIR
+from minidflash.checkpoints import DECODING_FILE, DRAFT_VOCAB_FILE, load_drafter, save_drafter
 from minidflash.files import save_figure, save_into, write_json, write_text, write_with
-from minidflash.decoding_config import DecodingConfig
+from minidflash.decoding_config import DecodingConfig, decoding_of, set_decoding
 from minidflash.tools import common
 from tests.helpers import random_drafter, tiny_target
 
@@ -56,7 +56,7 @@ def test_saving_into_a_folder_leaves_its_other_files(tmp_path, drafters):
     (folder / "config.json.bak").write_text("{}")
     others = snapshot(folder)
     for d in (old, new):                                  # into a new folder, then over a save
-        d.save_pretrained(folder)
+        save_drafter(d, folder)
         after = snapshot(folder)
         assert {k: after[k] for k in others} == others
         assert set(after) == set(others) | {"config.json", "model.safetensors"}
@@ -68,7 +68,7 @@ def test_saving_over_the_shipped_drafter_keeps_its_records(tmp_path, drafters):
     shutil.copytree(TINY_DRAFTER_DIR, folder)
     before = snapshot(folder)
     assert {"training.json", "loss.png", "expected_tau.json"} <= set(before)
-    drafters[1].save_pretrained(folder)
+    save_drafter(drafters[1], folder)
     after = snapshot(folder)
     kept = {k for k in before if k not in OWNED}
     assert {k: after[k] for k in kept} == {k: before[k] for k in kept}
@@ -93,7 +93,7 @@ def test_a_save_that_fails_half_way_leaves_the_old_drafter(tmp_path, drafters, m
     folder = tmp_path / "d"
     old.set_draft_vocab([4, 5, 6])
     try:
-        old.save_pretrained(folder)
+        save_drafter(old, folder)
     finally:
         old.set_draft_vocab(None)
     (folder / "notes.txt").write_text("kept\n")
@@ -113,7 +113,7 @@ def test_a_save_that_fails_half_way_leaves_the_old_drafter(tmp_path, drafters, m
         monkeypatch.setattr(Path, "write_text", write_text_)
     try:
         with pytest.raises(OSError, match="No space left"):
-            new.save_pretrained(folder)
+            save_drafter(new, folder)
     finally:
         new.set_draft_vocab(None)
         monkeypatch.undo()
@@ -127,7 +127,7 @@ def test_a_save_killed_between_renames_fails_loudly_on_load(tmp_path, drafters, 
     leaves a folder load_drafter refuses, never the old config read with the new weights."""
     old, new = drafters
     folder = tmp_path / "d"
-    old.save_pretrained(folder)
+    save_drafter(old, folder)
     real, calls = os.replace, []
 
     def dies_after_the_first_rename(src, dst):
@@ -137,13 +137,13 @@ def test_a_save_killed_between_renames_fails_loudly_on_load(tmp_path, drafters, 
         real(src, dst)
     monkeypatch.setattr(files.os, "replace", dies_after_the_first_rename)
     with pytest.raises(KeyboardInterrupt):
-        new.save_pretrained(folder)
+        save_drafter(new, folder)
     monkeypatch.undo()
     assert Path(calls[0]).name == "model.safetensors" and not (folder / "config.json").exists()
     with pytest.raises(FileNotFoundError, match="no config.json"):
         load_drafter(folder)
     assert not temporaries(folder)
-    new.save_pretrained(folder)                           # saving again mends it
+    save_drafter(new, folder)                           # saving again mends it
     assert same_weights(load_drafter(folder), new)
 
 
@@ -165,7 +165,7 @@ def test_a_save_killed_by_sigkill_leaves_the_old_drafter(tmp_path, drafters):
     the next save removes it. (The child imports files.py only: no torch, well under a second.)"""
     old, new = drafters
     folder = tmp_path / "d"
-    old.save_pretrained(folder)
+    save_drafter(old, folder)
     before = snapshot(folder)
     child = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(folder)],
                              cwd=Path(__file__).resolve().parent.parent)
@@ -181,30 +181,30 @@ def test_a_save_killed_by_sigkill_leaves_the_old_drafter(tmp_path, drafters):
     assert len(left) == 1 and left[0].startswith(".model.safetensors.") and left[0].endswith(".tmp")
     assert {k: v for k, v in snapshot(folder).items() if k in before} == before
     assert same_weights(load_drafter(folder), old)
-    new.save_pretrained(folder)
+    save_drafter(new, folder)
     assert set(snapshot(folder)) == set(before) and same_weights(load_drafter(folder), new)
 
 
-def test_save_pretrained_removes_only_its_own_stale_files(tmp_path, drafters):
+def test_save_drafter_removes_only_its_own_stale_files(tmp_path, drafters):
     """draft_vocab.json and decoding.json belong to the drafter saved there: one that has none
     removes them (they would be read with its weights); files of other names stay."""
     old, new = drafters
     folder = tmp_path / "d"
     old.set_draft_vocab([4, 5, 6])
-    old.decoding = DecodingConfig(p_min=0.3)
+    set_decoding(old, DecodingConfig(p_min=0.3))
     try:
-        old.save_pretrained(folder)
+        save_drafter(old, folder)
     finally:
         old.set_draft_vocab(None)
-        old.decoding = DecodingConfig()
+        set_decoding(old, None)
     assert {DRAFT_VOCAB_FILE, DECODING_FILE} <= set(snapshot(folder))
     for name in ("draft_vocab.json.bak", "decoding.old.json", "training.json"):
         (folder / name).write_text("{}")
-    new.save_pretrained(folder)
+    save_drafter(new, folder)
     assert set(snapshot(folder)) == {"config.json", "model.safetensors", "draft_vocab.json.bak",
                                      "decoding.old.json", "training.json"}
     back = load_drafter(folder)
-    assert back.draft_vocab is None and back.decoding == DecodingConfig()
+    assert back.draft_vocab is None and decoding_of(back) == (DecodingConfig(), None)
     assert same_weights(back, new)
 
 

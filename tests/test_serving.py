@@ -18,6 +18,7 @@ import pytest
 from safetensors.torch import load_file
 from transformers import AutoConfig
 
+from minidflash.checkpoints import save_drafter
 from tests.helpers import published_names, random_drafter, tiny_target
 
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128,
@@ -124,7 +125,7 @@ def saved(request, tmp_path_factory):
         target.config.rope_parameters = dict(YARN)
     drafter = random_drafter(target, 0, layers=2, block_size=16)
     path = tmp_path_factory.mktemp(request.param) / "drafter"
-    drafter.save_pretrained(path)
+    save_drafter(drafter, path)
     return drafter, path, json.loads((path / "config.json").read_text())
 
 

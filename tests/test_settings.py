@@ -5,13 +5,12 @@ its text and decoding.json, refused when malformed, and said in words."""
 import json
 import math
 import warnings
-from types import SimpleNamespace
 
 import pytest
 import torch
 
-from minidflash.checkpoints import load_drafter
-from minidflash.decoding_config import DecodingConfig
+from minidflash.checkpoints import load_drafter, save_drafter
+from minidflash.decoding_config import DecodingConfig, decoding_of, set_decoding
 from minidflash.tools.measure import methods
 from minidflash.verifier import speculative_generate, speculative_generate_batch
 from minidflash.verify_cost import VerifyCost, for_threads
@@ -21,8 +20,14 @@ TREE = {"node_budget": 15, "top_k": 2}
 CURVE = VerifyCost((1.0, 1.5), 0.2)
 
 
+class FakeDrafter:
+    block_size = 8          # what the config reads of a drafter; its settings: set_decoding
+
+
 def drafter(config=None, costs=None):
-    return SimpleNamespace(block_size=8, decoding=config or DecodingConfig(), costs=costs)
+    d = FakeDrafter()
+    set_decoding(d, config, costs)
+    return d
 
 
 def test_a_drafters_files_load_into_the_config():
@@ -99,10 +104,10 @@ def test_decoding_json_round_trips(tmp_path):
     for config, costs in [(DecodingConfig(p_min=0.3), None),
                           (DecodingConfig(tree=TREE, cost=True, temperature=0.5), {(None, 1): CURVE}),
                           (DecodingConfig(), None)]:
-        d.decoding, d.costs = config, costs
-        d.save_pretrained(tmp_path / "d")
+        set_decoding(d, config, costs)
+        save_drafter(d, tmp_path / "d")
         back = load_drafter(tmp_path / "d")
-        assert back.decoding == config and back.costs == costs
+        assert decoding_of(back) == (config, costs)
 
 
 @pytest.mark.parametrize("content,match", [
@@ -112,7 +117,7 @@ def test_decoding_json_round_trips(tmp_path):
     ('{"tree": {"node_budget": 8}}', "a tree is"), ('{"max_new_tokens": 9}', "unknown keys")])
 def test_a_broken_decoding_json_names_the_file(tmp_path, content, match):
     target = tiny_target(0, vocab=61, layers=2)
-    random_drafter(target, 0, block_size=8).save_pretrained(tmp_path / "d")
+    save_drafter(random_drafter(target, 0, block_size=8), tmp_path / "d")
     (tmp_path / "d" / "decoding.json").write_text(content)
     with pytest.raises(ValueError, match=match) as err:
         load_drafter(tmp_path / "d")
@@ -130,8 +135,8 @@ def test_it_says_what_a_step_does():
 def test_it_says_what_this_target_and_drafter_run():
     target = tiny_target(0, vocab=61, layers=2)
     d = random_drafter(target, 0, block_size=8)
-    d.decoding, d.costs = DecodingConfig(tree=TREE, cost=True), {("bfloat16", 1): CURVE,
-                                                                 ("float32", 2): CURVE}
+    set_decoding(d, DecodingConfig(tree=TREE, cost=True), {("bfloat16", 1): CURVE,
+                                                          ("float32", 2): CURVE})
     said = DecodingConfig.of(d).describe(target, d)
     assert "fp32 logits: no ties" in said and "float32 curve at 2 thread" in said
     assert "bfloat16 near-ties decided in fp32" in DecodingConfig().describe(target.bfloat16(), d)
@@ -139,7 +144,7 @@ def test_it_says_what_this_target_and_drafter_run():
     said = DecodingConfig.of(d).describe(target.float(), d, batch=True)
     assert "chain" in said and "a batch verifies chains" in said
     with pytest.raises(ValueError, match="not in float16"):     # no other dtype's curve, silently
-        for_threads(d.costs, dtype=torch.float16)
+        for_threads(decoding_of(d)[1], dtype=torch.float16)
 
 
 def test_a_keyword_over_a_config_warns_once_and_wins():

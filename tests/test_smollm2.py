@@ -17,7 +17,7 @@ import sys
 import pytest
 import torch
 
-from minidflash.config import PROMPTS_DIR, SMOLLM2, SMOLLM2_DRAFTER_DIR
+from minidflash.paths import PROMPTS_DIR, SMOLLM2, SMOLLM2_DRAFTER_DIR
 from minidflash.checkpoints import load_drafter
 from minidflash.target import chat_ids, load_target, mask_token_id, stop_ids
 from minidflash.verifier import speculative_generate

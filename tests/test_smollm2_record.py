@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from minidflash.config import SMOLLM2_DRAFTER_DIR
+from minidflash.paths import SMOLLM2_DRAFTER_DIR
 from minidflash.tools.measure import smollm2
 
 INFO = json.loads((SMOLLM2_DRAFTER_DIR / "training.json").read_text())["info"]

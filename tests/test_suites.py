@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from minidflash.config import PROMPTS_DIR
+from minidflash.paths import PROMPTS_DIR
 from minidflash.tools.make_data.suites import HUMANEVAL_TEMPLATE, MATH_SUFFIX
 
 COUNTS = {"humaneval": 164, "mtbench": 80, "gsm8k": 100, "math500": 311}

@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-from minidflash.decoding_config import DecodingConfig
-from minidflash.config import TINY_DRAFTER_DIR
+from minidflash.decoding_config import DecodingConfig, set_decoding
+from minidflash.paths import TINY_DRAFTER_DIR
 from minidflash.checkpoints import load_drafter
 from minidflash.tools.measure import tau_curve
 
@@ -74,7 +74,7 @@ def test_snapshot_tau_is_the_whole_block_whatever_decoding_json_asks():
     """A curve's points must measure one thing: the whole block, verified as a chain. A drafter
     whose decoding.json asks for a cut (or a cost model, a tree) would otherwise verify fewer
     drafts at the points measured after the file changed."""
-    from minidflash.config import PROMPTS_DIR
+    from minidflash.paths import PROMPTS_DIR
     from minidflash.target import load_target
     from minidflash.tools import common
 
@@ -82,5 +82,5 @@ def test_snapshot_tau_is_the_whole_block_whatever_decoding_json_asks():
     drafter = load_drafter(target=target)
     rows = {"arithmetic": common.read_jsonl(PROMPTS_DIR / "arithmetic.jsonl")[:2]}
     whole = tau_curve.snapshot_taus(target, tokenizer, drafter, rows, 32)
-    drafter.decoding = DecodingConfig(p_min=0.9)                 # as if decoding.json asked for a confidence cut
+    set_decoding(drafter, DecodingConfig(p_min=0.9))             # as if decoding.json asked for a confidence cut
     assert tau_curve.snapshot_taus(target, tokenizer, drafter, rows, 32) == whole

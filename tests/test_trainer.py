@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import minidflash.core.mask as mask_mod
-from minidflash import config, train_data, train_start, trainer
-from minidflash.config import PAPER, gamma_for
+from minidflash import paths, train_data, train_start, trainer
+from minidflash.core.paper import PAPER, gamma_for
 from minidflash.core.drafter import target_features
 from minidflash.core.mask import block_mask
 from tests.helpers import random_drafter, tiny_target
@@ -289,7 +289,7 @@ def test_training_json_names_its_folder_as_every_clone_would(tmp_path, monkeypat
     absolute path of the machine that trained it; a folder outside the repository is kept as
     given. tmp_path/repo stands in for the repository."""
     target, data = toy_training_data()
-    monkeypatch.setattr(config, "ROOT", tmp_path / "repo")
+    monkeypatch.setattr(paths, "ROOT", tmp_path / "repo")
     for out, recorded in ((tmp_path / "repo" / "data" / "d", "data/d"),
                           (tmp_path / "elsewhere", str(tmp_path / "elsewhere"))):
         cfg = trainer.TrainConfig(num_layers=1, block_size=8, anchors_per_seq=8, steps=1,
@@ -307,12 +307,12 @@ def test_shipped_training_records_hold_no_absolute_path():
             return [s for v in x for s in strings(v)]
         return [x] if isinstance(x, str) else []
 
-    records = sorted(config.DATA_DIR.glob("*/training.json"))
+    records = sorted(paths.DATA_DIR.glob("*/training.json"))
     assert len(records) >= 4        # the target and the three shipped drafters at least
     for path in records:
         info = json.loads(path.read_text()).get("info", {})
         absolute = [s for s in strings(info) if s.startswith("/") or s[1:3] in (":\\", ":/")]
-        assert not absolute, f"{path.relative_to(config.ROOT)} records {absolute}"
+        assert not absolute, f"{path.relative_to(paths.ROOT)} records {absolute}"
 
 
 @pytest.mark.parametrize("arch", ["qwen3", "llama"])

@@ -21,11 +21,13 @@ from scipy import stats
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 import minidflash.tree as tree_mod
+from minidflash import decoding
+from minidflash.core.verifier import Outcome
 from minidflash.ar_drafter import ARDrafter, make_ar_config
 from minidflash import batch as ragged
 from minidflash.core.drafter import DFlashDrafter, target_features
-from minidflash.checkpoints import load_drafter
-from minidflash.decoding_config import DecodingConfig, check_tree
+from minidflash.checkpoints import load_drafter, save_drafter
+from minidflash.decoding_config import DecodingConfig, check_tree, set_decoding
 from minidflash.tree import accept_tree, build_tree, keep_columns, tree_attention_mask
 from minidflash.decoding import cache_kwargs, choose
 from minidflash.verifier import speculative_generate, speculative_generate_batch
@@ -352,7 +354,7 @@ def test_a_drafters_default_tree_is_what_a_plain_call_verifies(tmp_path):
 
     def with_tree():
         drafter = boosted()
-        drafter.decoding = DecodingConfig(tree={"node_budget": 12, "top_k": 3})
+        set_decoding(drafter, DecodingConfig(tree={"node_budget": 12, "top_k": 3}))
         return drafter
     default = speculative_generate(target, with_tree(), ids, max_new_tokens=50)
     want = speculative_generate(target, boosted(), ids, max_new_tokens=50,
@@ -383,8 +385,8 @@ def test_a_drafters_default_tree_is_what_a_plain_call_verifies(tmp_path):
             speculative_generate(target, drafter, ids, max_new_tokens=5, **kwargs)
     with pytest.raises(ValueError, match="has none"):
         speculative_generate(target, base, ids, max_new_tokens=5, tree=True)
-    drafter.save_pretrained(tmp_path / "d")
-    assert load_drafter(tmp_path / "d").decoding.tree == {"node_budget": 12, "top_k": 3}
+    save_drafter(drafter, tmp_path / "d")
+    assert DecodingConfig.of(load_drafter(tmp_path / "d")).tree == {"node_budget": 12, "top_k": 3}
     (tmp_path / "d" / "decoding.json").write_text('{"tree": {"node_budget": 8}}')
     with pytest.raises(ValueError, match="decoding.json.*a tree is"):
         load_drafter(tmp_path / "d")
@@ -528,7 +530,7 @@ def wrong_accept_tree(tokens, parents, logits, temperature=0.0, generator=None, 
     (the first listed) instead of the child that holds the sample."""
     path, node = [], 0
     while True:
-        y = int(tree_mod.choose(logits[node][None, None], temperature, generator)[0, 0])
+        y = int(decoding.choose(logits[node][None, None], temperature, generator)[0, 0])
         kids = [i + 1 for i, p in enumerate(parents.tolist()) if p + 1 == node]
         if y not in [int(tokens[i - 1]) for i in kids]:
             return path, y
@@ -539,7 +541,11 @@ def wrong_accept_tree(tokens, parents, logits, temperature=0.0, generator=None, 
 def test_wrong_tree_rule_is_caught(sampling_setup, monkeypatch):
     """The same test, same seed and size, rejects the planted rule: it has power."""
     target, drafter, ids, probs = sampling_setup
-    monkeypatch.setattr(tree_mod, "accept_tree", wrong_accept_tree)
+    def wrong_walk(draft, logits, final, pick):         # the planted rule as the tree's walk
+        path, y = wrong_accept_tree(draft.ids[0, 1:], draft.parents, logits[0],
+                                    pick.sample.temperature, pick.sample.generator)
+        return Outcome([[0] + path], torch.tensor([y]))
+    monkeypatch.setattr(tree_mod.TreeDraft, "walk", wrong_walk)
     assert sampled_pvalue(target, drafter, ids, probs) < 1e-6
 
 
@@ -557,13 +563,10 @@ def test_sampling_at_another_temperature_matches_target_distribution(sampling_se
     assert sampled_pvalue(target, drafter, ids, cold_probs, temperature=COLD) > 1e-3
 
 
-def choose_ignoring_temperature(logits, temperature, generator=None, hidden=None, head=None):
-    """A plausible bug: every T > 0 draws from softmax(logits), as at T = 1."""
-    return choose(logits, min(temperature, 1.0) and 1.0, generator, hidden, head)
-
-
 def test_ignored_temperature_is_caught(sampling_setup, cold_probs, monkeypatch):
     """The T = 0.5 test, same seed and size, rejects a tree that samples at T = 1: it has power."""
     target, drafter, ids, _ = sampling_setup
-    monkeypatch.setattr(tree_mod, "choose", choose_ignoring_temperature)
+    real = tree_mod.TreeDraft.walk
+    monkeypatch.setattr(tree_mod.TreeDraft, "walk", lambda draft, logits, final, pick: real(
+        draft, logits, final, decoding.Pick(1.0, pick.sample.generator)))
     assert sampled_pvalue(target, drafter, ids, cold_probs, temperature=COLD) < 1e-6

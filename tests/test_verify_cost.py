@@ -14,7 +14,8 @@ import torch
 from scipy import stats
 
 from minidflash.core.drafter import target_features
-from minidflash.checkpoints import load_drafter
+from minidflash.checkpoints import load_drafter, save_drafter
+from minidflash.decoding_config import decoding_of, set_decoding
 from minidflash.target import load_target
 from minidflash.verifier import speculative_generate, speculative_generate_batch
 from minidflash.verify_cost import Trust, VerifyCost, for_threads
@@ -256,13 +257,14 @@ def test_sampling_with_the_cost_model_matches_the_target(sampling_setup, trust):
 def test_a_drafters_files_carry_its_cost_curve(tmp_path):
     target = tiny_target(2, vocab=97, layers=4)
     drafter = random_drafter(target, 2)
-    drafter.costs = {(None, 1): STEEP, (None, 2): FLAT}
-    drafter.save_pretrained(tmp_path / "d")
+    set_decoding(drafter, None, {(None, 1): STEEP, (None, 2): FLAT})
+    save_drafter(drafter, tmp_path / "d")
     saved = json.loads((tmp_path / "d" / "decoding.json").read_text())
     assert saved == {"cost": {"by_threads": {"1": STEEP.to_dict(), "2": FLAT.to_dict()}}}
     loaded = load_drafter(tmp_path / "d", target=target)
-    assert loaded.costs == {(None, 1): STEEP, (None, 2): FLAT} and loaded.decoding.p_min == 0.0
-    assert for_threads(loaded.costs, 1) == STEEP and for_threads(loaded.costs, 16) == FLAT
+    config, costs = decoding_of(loaded)
+    assert costs == {(None, 1): STEEP, (None, 2): FLAT} and config.p_min == 0.0
+    assert for_threads(costs, 1) == STEEP and for_threads(costs, 16) == FLAT
     ids = torch.randint(0, 96, (1, 8))
     threads = torch.get_num_threads()
     try:

@@ -32,18 +32,16 @@ all V tokens, so decoding stays lossless; a token outside the slice is only emit
 
 from __future__ import annotations
 
-import warnings
 import weakref
 
 import torch
-import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 from transformers import DynamicCache, Qwen3Config
 from transformers.models.qwen3.modeling_qwen3 import (Qwen3MLP, Qwen3RMSNorm,
                                                       Qwen3RotaryEmbedding, rotate_half)
 
-from .mask import dense_mask
+from .attention import ATTENTION
 from .paper import PAPER
 
 
@@ -95,44 +93,8 @@ def target_shape(t) -> dict:
                   rms_norm_eps=t.rms_norm_eps, max_position_embeddings=t.max_position_embeddings,
                   vocab_size=t.vocab_size, tie_word_embeddings=False)
     rope = getattr(t, "rope_parameters", None)
-    if rope:
-        fields["rope_parameters"] = dict(rope)
-    else:
-        fields["rope_theta"] = getattr(t, "rope_theta", 1e6)
+    fields.update({"rope_parameters": dict(rope)} if rope else {"rope_theta": getattr(t, "rope_theta", 1e6)})
     return fields
-
-
-def sdpa_attention(q, k, v, anchors, num_context, block_size, key_mask=None):
-    """Block queries over [context ; blocks] under the visibility rule (mask.py), on torch SDPA.
-
-    q (N, Hq, n*B, D); k, v (N, Hkv, S + n*B, D); anchors (N, n), or None for one block after all
-    the context (inference: every key visible, no mask). key_mask (N, S + n*B) bool: a ragged
-    batch's holes, which no query sees. Returns (N, Hq, n*B, D)."""
-    if key_mask is not None:
-        mask = key_mask[:, None, None, :]
-    else:
-        mask = None if anchors is None else dense_mask(anchors, num_context, block_size)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
-                                          enable_gqa=q.shape[1] != k.shape[1])
-
-
-def kernel_attention(q, k, v, anchors, num_context, block_size, key_mask=None):
-    """The same attention through the Triton kernel (kernel.py), which skips the tiles no query
-    sees; a ragged batch's holes go to SDPA (the kernel knows no holes)."""
-    if key_mask is not None:
-        return sdpa_attention(q, k, v, anchors, num_context, block_size, key_mask)
-    try:
-        from .kernel import block_attention
-    except ImportError as e:            # Triton has Linux wheels only
-        warnings.warn(f"{e} Using torch SDPA instead: the same attention.", RuntimeWarning)
-        return sdpa_attention(q, k, v, anchors, num_context, block_size)
-    if anchors is None:
-        anchors = torch.full((q.shape[0], 1), num_context, dtype=torch.long, device=q.device)
-    return block_attention(q, k, v, anchors, num_context, block_size)
-
-
-# The drafter's attention by name (``DFlashDrafter.backend``); the lab adds FlexAttention.
-ATTENTION = {"sdpa": sdpa_attention, "triton": kernel_attention}
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

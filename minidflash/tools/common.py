@@ -35,7 +35,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..config import PROMPTS_DIR, repo_relative
+from ..paths import PROMPTS_DIR, repo_relative
 from ..files import save_figure, write_json, write_text   # save_figure: for the tools too
 
 # --------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 Not a paper section: the engine people run on their own machines. llama.cpp serves DFlash
 drafters as the speculative type ``draft-dflash``; its ``convert_hf_to_gguf.py`` reads the
-published DFlash layout (``DFlashDraftModel``) that ``drafter.save_pretrained`` writes, and takes
+published DFlash layout (``DFlashDraftModel``) that ``checkpoints.save_drafter`` writes, and takes
 the vocabulary from the target (``--target-model-dir``). Here:
 
 * ``target_files``: the target's HF folder (config and tokenizer, for the converter) and its
@@ -34,7 +34,7 @@ def target_files(name: str, target):
 
     folder = Path(target.name_or_path)
     if not (folder / "config.json").is_file():
-        from ...config import TINY_TARGET_DIR
+        from ...paths import TINY_TARGET_DIR
         from ...hub import snapshot
         folder = snapshot(name, TINY_TARGET_DIR)
     gguf = None

@@ -46,8 +46,8 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from ...files import write_json, write_with
-from ...decoding_config import add_flags
 from ..common import add_dtype, add_threads, at_least, count, out_dir, out_file, resolved_dtype
+from ..flags import add_flags
 from ..engines.llama_cpp_binaries import llama_server, server_answer
 
 MANIFEST = "answers.json"

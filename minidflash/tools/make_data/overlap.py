@@ -28,7 +28,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-from ...config import PROMPTS_DIR
+from ...paths import PROMPTS_DIR
 from ..common import part_start
 from .suites import HUMANEVAL_TEMPLATE, MATH_SUFFIX, SOURCES
 from .word_problems import CHAINS, SUITE_SHAPED, template_regex, word_problem

@@ -30,7 +30,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from ...config import PROMPTS_DIR
+from ...paths import PROMPTS_DIR
 from ..common import out_dir, write_jsonl
 
 # math template: "{question}" + MATH_SUFFIX

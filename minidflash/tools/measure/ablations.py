@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from ...config import CACHE_DIR, PROMPTS_DIR
+from ...paths import CACHE_DIR, PROMPTS_DIR
 from ...target import load_target
 from ...trainer import TrainConfig, train
 from ..common import add_load, add_threads, count, out_file, positive, read_jsonl, write

@@ -28,6 +28,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ...batch import left_pad
+from ...decoding_config import DecodingConfig
 from ...files import save_figure
 from ...target import chat_ids, stop_ids
 from ...verifier import speculative_generate, speculative_generate_batch
@@ -120,8 +121,8 @@ def run(target, tokenizer, drafter, suites, batch_sizes, threads, n, block_size,
     if n < max(batch_sizes):
         raise ValueError(f"--n {n} prompts cannot fill a batch of {max(batch_sizes)}: use --n >= "
                          f"{max(batch_sizes)} (a multiple of every batch size keeps them equal).")
-    results = {"command": command, "block_size": block_size, "p_min": drafter.decoding.p_min, "n": n,
-               "split": split, "exact": exact,
+    results = {"command": command, "block_size": block_size,
+               "p_min": DecodingConfig.of(drafter).p_min, "n": n, "split": split, "exact": exact,
                "max_new_tokens": max_new_tokens, "batch_sizes": batch_sizes, "threads": threads,
                "drafter_layers": drafter.config.num_hidden_layers,
                "throughput": "new tokens summed over a batch's rows / its decode time (no prefill)",

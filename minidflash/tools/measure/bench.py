@@ -30,16 +30,17 @@ import torch
 from tqdm.auto import tqdm
 
 from ...decoding import crop_cache, lean_of, target_pass
-from ...config import TINY_DRAFTER_DIR, TINY_TARGET_DIR, repo_relative
+from ...paths import TINY_DRAFTER_DIR, TINY_TARGET_DIR, repo_relative
 from ...checkpoints import load_drafter
 from ...files import save_figure
 from ...target import chat_ids, load_target, stop_ids
-from ...decoding_config import DecodingConfig, add_flags, flag_fields
+from ...decoding_config import DecodingConfig
 from ...verifier import speculative_generate
 from .. import common
 from ..common import (add_dtype, add_load, add_threads, at_least, check_decoding, check_suites,
                       correct, count, median_ms, or_error, out_file,
                       repeated_4gram_share, take_turns, write)
+from ..flags import add_flags, flag_fields
 from ..make_data.overlap import split_label
 
 

@@ -121,7 +121,7 @@ def train_step_rows(shape, S, n, dtype, device, backends=None):
     backward) per attention backend, on random weights, features and tokens: ms a step, sequence
     tokens and drafted slots per second, peak memory. Backends: sdpa, flex and triton on a GPU;
     sdpa and triton on a CPU, where torch has no FlexAttention backward."""
-    from ...config import gamma_for
+    from ...core.paper import gamma_for
     from ...trainer import block_labels, drafter_loss, drafter_logits, loss_weights
     from .budget import random_pair
 

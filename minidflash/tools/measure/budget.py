@@ -33,17 +33,18 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
-from ...config import TINY_DRAFTER_DIR
+from ...paths import TINY_DRAFTER_DIR
 from ...decoding import crop_cache, lean_of, target_pass
 from ...checkpoints import load_drafter
 from ...files import save_figure, write_json
-from ...decoding_config import DecodingConfig, add_flags, check_tree, flag_fields
+from ...decoding_config import DecodingConfig, check_tree
 from ...target import chat_ids, load_target, stop_ids
 from ...verifier import speculative_generate
 from ...verify_cost import VerifyCost, costs_from_dict, costs_to_dict
 from .. import common
 from ..common import (add_dtype, add_load, add_threads, at_least, check_decoding, check_suites,
                       count, median_ms, or_error, out_file, take_turns, write)
+from ..flags import add_flags, flag_fields
 from ..make_data.overlap import split_label
 
 BINS = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]

@@ -16,14 +16,15 @@ from dataclasses import replace
 
 import torch
 
-from ...config import PAPER, PROMPTS_DIR, TINY_DRAFTER_DIR
+from ...core.paper import PAPER
+from ...paths import PROMPTS_DIR, TINY_DRAFTER_DIR
 from ...core.drafter import DFlashDrafter, make_drafter_config
 from ...checkpoints import load_drafter
 from ...target import chat_ids, load_target, stop_ids
-from ...decoding_config import add_flags, flag_fields
 from ...verifier import speculative_generate
 from ..common import (add_dtype, add_threads, check_decoding, check_suites, count, or_error,
                       read_jsonl)
+from ..flags import add_flags, flag_fields
 from .methods import divergence, load_targets
 from .render import legend, render
 

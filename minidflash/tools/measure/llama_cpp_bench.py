@@ -2,7 +2,7 @@
 
 Not a paper section: the engine people run on their own machines. llama.cpp serves DFlash
 drafters as the speculative type ``draft-dflash``; its ``convert_hf_to_gguf.py`` reads the
-published DFlash layout (``DFlashDraftModel``) that ``drafter.save_pretrained`` writes, and takes
+published DFlash layout (``DFlashDraftModel``) that ``checkpoints.save_drafter`` writes, and takes
 the vocabulary from the target (``--target-model-dir``). This command
 
 1. converts a drafter to GGUF with that converter (unchanged, fp32), and the target too when no
@@ -44,8 +44,8 @@ from pathlib import Path
 
 from ...files import save_figure
 from .. import common
-from ...decoding_config import add_flags
 from ..common import add_load, add_threads, at_least, check_suites, count, out_file, write
+from ..flags import add_flags
 from ..engines.llama_cpp import TARGET_TYPES, gguf_files, shown
 from ..engines.llama_cpp_binaries import (BENCH, PLAIN, PRE_TOKENIZER_REGEX, SPECULATIVE,
                                           bench_command, decode, find_binary, find_converter,

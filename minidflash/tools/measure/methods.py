@@ -58,11 +58,11 @@ from tqdm.auto import tqdm
 from transformers import DynamicCache
 
 from ...ar_drafter import ARDrafter, load_ar_drafter, make_ar_config
-from ...config import TINY_AR_DRAFTER_DIR, TINY_DRAFTER_DIR
+from ...paths import TINY_AR_DRAFTER_DIR, TINY_DRAFTER_DIR
 from ...decoding import cache_kwargs, clock, crop_cache
 from ...core.drafter import DFlashDrafter, make_drafter_config
 from ...checkpoints import load_drafter
-from ...decoding_config import TEXT_FIELDS, DecodingConfig
+from ...decoding_config import TEXT_FIELDS, DecodingConfig, decoding_of
 from ...target import chat_ids, stop_ids
 from ...verifier import speculative_generate
 from ..common import LOOPING, correct, repeated_4gram_share, save_figure
@@ -230,7 +230,7 @@ def config_of(m: Method, drafter=None) -> DecodingConfig:
 
 def decode(target, drafter, ids, max_new_tokens, stops, m: Method):
     """One decode with method m (not lookup or generate): a GenerationResult."""
-    if m.cost and not getattr(drafter, "costs", None):
+    if m.cost and not decoding_of(drafter)[1]:
         raise ValueError(f"method {m.kind}:{m.k}/cost needs a drafter whose decoding.json "
                          f"carries a cost curve (`python -m minidflash budget curve`).")
     config = replace(config_of(m, drafter), max_new_tokens=max_new_tokens, stop_token_ids=stops)

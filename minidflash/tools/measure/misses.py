@@ -25,13 +25,13 @@ from collections import Counter
 
 import torch
 
-from ...config import PROMPTS_DIR, TINY_DRAFTER_DIR
+from ...paths import PROMPTS_DIR, TINY_DRAFTER_DIR
 from ...checkpoints import load_drafter
-from ...decoding_config import add_flags, flag_fields
 from ...target import chat_ids, load_target, stop_ids
 from ...verifier import speculative_generate
 from ..common import (add_dtype, add_load, add_threads, check_decoding, check_suites, count,
                       or_error, out_file, read_jsonl, write)
+from ..flags import add_flags, flag_fields
 
 KINDS = ("word in question", "other word", "digits", "symbols", "spaces and newlines")
 

@@ -3,7 +3,7 @@
     python -m minidflash parity --reference /path/to/checkout   # a folder holding dflash/
 
 A random fp32 Qwen3 target and a drafter with random weights (RMSNorm gains too, so a misplaced
-norm cannot hide behind a gain of 1) are shared: our ``save_pretrained`` writes the drafter in
+norm cannot hide behind a gain of 1) are shared: our ``save_drafter`` writes the drafter in
 the published format and the reference ``DFlashDraftModel`` loads that same file. A random
 drafter is never accepted, so it is first fitted for a few Adam steps to the target's greedy
 text, and (c) also decodes prefixes of that text: acceptance lengths from 1 to B then occur.
@@ -37,13 +37,13 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, Qwen3Config, Qwen3ForCausalLM
 
-from ...config import RESULTS_DIR
+from ...paths import RESULTS_DIR
 from ...core.drafter import DFlashDrafter, make_drafter_config, target_features
-from ...checkpoints import load_drafter
+from ...checkpoints import load_drafter, save_drafter
 from ...files import write_json
-from ...decoding_config import add_flags
 from ...verifier import speculative_generate
 from ..common import at_least, out_file
+from ..flags import add_flags
 
 TOLERANCE = 1e-5
 
@@ -100,7 +100,7 @@ def fit(target, drafter, steps: int, seed: int = 0) -> torch.Tensor:
 
 
 def load_reference(reference_dir: Path, drafter_dir: Path, attention: str = "sdpa"):
-    """The reference DFlashDraftModel holding the weights that our save_pretrained wrote."""
+    """The reference DFlashDraftModel holding the weights that our save_drafter wrote."""
     from safetensors.torch import load_file
     sys.path.insert(0, str(reference_dir))
     import dflash.model as ref
@@ -206,7 +206,7 @@ def main(argv=None) -> int:
     target, drafter = build_models()
     text = fit(target, drafter, args.fit_steps)                                 # (8, 40)
     with tempfile.TemporaryDirectory() as tmp:
-        drafter.save_pretrained(Path(tmp) / "drafter")
+        save_drafter(drafter, Path(tmp) / "drafter")
         ours = load_drafter(Path(tmp) / "drafter", target=target)
         ref, theirs = load_reference(args.reference.resolve(), Path(tmp) / "drafter",
                                      args.attention)

@@ -432,7 +432,7 @@ DEFAULT_DRAFTERS = {"dflash": "data/drafter", "tree": "data/drafter", "ar": "dat
 
 
 def _read(name: str) -> dict:
-    from ...config import RESULTS_DIR
+    from ...paths import RESULTS_DIR
     return json.loads((RESULTS_DIR / name).read_text())
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ...config import DATA_DIR, RESULTS_DIR, SMOLLM2
+from ...paths import DATA_DIR, RESULTS_DIR, SMOLLM2
 from ...hub import PACKAGED
 from ..make_data.answers import load_shard, shard_path
 from ..make_data.overlap import SuiteOverlap

@@ -24,15 +24,16 @@ from pathlib import Path
 
 import torch
 
-from ...config import PROMPTS_DIR
+from ...paths import PROMPTS_DIR
 from ...checkpoints import load_drafter
 from ...files import save_figure
-from ...decoding_config import DecodingConfig, add_flags
+from ...decoding_config import DecodingConfig
 from ...target import chat_ids, load_target, stop_ids
 from ...trainer import smooth
 from ...verifier import speculative_generate
 from ..common import (add_load, add_threads, check_decoding, check_suites, count, or_error,
                       out_file, read_jsonl, write)
+from ..flags import add_flags
 
 
 def snapshot_taus(target, tokenizer, drafter, rows_by_suite: dict, max_new_tokens: int) -> dict:

@@ -25,7 +25,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ...config import PAPER, PROMPTS_DIR, TINY_TARGET_DIR
+from ...core.paper import PAPER
+from ...paths import PROMPTS_DIR, TINY_TARGET_DIR
 from ...files import save_into
 from ...target import CHAT_TEMPLATE, chat_ids, load_target, stop_ids
 from ...verifier import speculative_generate
@@ -194,7 +195,7 @@ def _conversation_text_plain(example: dict) -> str:
 
 def main(argv=None, evaluate_only: bool = False) -> None:
     """``train-target`` (or ``eval-target``: evaluate_only), each with the flags it reads."""
-    from ...decoding_config import add_flags
+    from ..flags import add_flags
     from ..common import (add_threads, at_least, check_decoding, count, or_error, out_dir,
                           positive)
 

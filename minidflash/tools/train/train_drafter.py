@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 
 from ...attention import BACKENDS
-from ...config import CACHE_DIR, TINY_AR_DRAFTER_DIR, TINY_DRAFTER_DIR
+from ...paths import CACHE_DIR, TINY_AR_DRAFTER_DIR, TINY_DRAFTER_DIR
 from ...core.drafter import default_target_layer_ids
 from ...target import load_target, warn_emulated_bf16
 from ...train_data import cached_regeneration, feature_pass, in_dtype

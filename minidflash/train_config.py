@@ -1,45 +1,19 @@
-"""The paper's defaults and the shipped files, named once (paper sections 3-5).
-
-Every other module reads its defaults from here, so a reader can see in one screen what DFlash
-fixes and what this project chose for its tiny, CPU-sized runs.
-"""
+"""The training recipe's settings, as one object: ``TrainConfig`` (``python -m minidflash train``
+derives one flag per field from it). Its defaults are the paper's (core/paper.py) or, where a
+CPU needs smaller, the tiny run's choices below (see data/README.md for the runs)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 
-from .core.paper import PAPER, PaperDefaults, gamma_for  # noqa: F401  (the paper's, read here)
+from .core.paper import PAPER
+from .paths import TINY_DRAFTER_DIR
 
 
-# What minidflash changes for its tiny target on a CPU (see data/README.md for the runs).
+# What minidflash changes for its tiny target on a CPU.
 TINY_NUM_LAYERS = 1                   # a 1-layer drafter keeps a draft at ~2 ms on one core
 TINY_NUM_FEATURES = 3                 # the tiny target has 6 layers: features of layers 1, 2, 3
 TINY_ANCHORS_PER_SEQ = 32             # answers are ~60-250 tokens, not 3072
-
-
-# The files the repository ships.
-ROOT = Path(__file__).resolve().parent.parent
-DATA_DIR = ROOT / "data"
-TINY_TARGET_DIR = DATA_DIR / "target"
-TINY_DRAFTER_DIR = DATA_DIR / "drafter"
-TINY_AR_DRAFTER_DIR = DATA_DIR / "ar_drafter"     # the EAGLE-3-style rival, same budget
-TINY_DEEP_DRAFTER_DIR = DATA_DIR / "drafter_3l"   # a 3-layer DFlash drafter, same budget
-SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"   # the real chat target (hub.PACKAGED: offline)
-SMOLLM2_DRAFTER_DIR = DATA_DIR / "smollm2_drafter"  # its DFlash drafter, trained here
-PROMPTS_DIR = DATA_DIR / "prompts"
-RESULTS_DIR = DATA_DIR / "results"
-CACHE_DIR = ROOT / "cache"            # regenerated training data (not shipped)
-
-
-def repo_relative(path) -> str:
-    """How a recorded file names a path: relative to the repository when inside it (the same on
-    every clone, e.g. ``data/drafter``), otherwise as given."""
-    p = Path(path)
-    try:
-        return p.resolve().relative_to(ROOT).as_posix()
-    except ValueError:
-        return str(path)
 
 
 # The recipe's knobs (trainer.py): each field's default, its help on the command line
