@@ -43,7 +43,10 @@ from transformers import DynamicCache, Qwen3Config
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding
 
 from .core.drafter import apply_rope, default_target_layer_ids, target_shape
-from .files import write_together
+from .files import recover, write_together
+from .checkpoints import check_fits
+from .target import check_layer_ids, check_target, read_json, resolve_dtype
+from .weights import check_config_values, check_finite, read_weights, whole
 
 TTT_DECAY = 0.8          # EAGLE-3's per-step loss weight
 MAX_DRAFT = 16           # longest chain the verifier may ask for (block size 17)
@@ -219,8 +222,10 @@ class ARDrafter(nn.Module):
     # On disk: config.json + model.safetensors (EAGLE-3's tensor names: fc, midlayer.*, norm)
     # ---------------------------------------------------------------------------------------
     def save_pretrained(self, save_directory: str | os.PathLike) -> None:
-        """Weights first, config.json last, each atomically; other files in the folder are left
-        alone (as ``checkpoints.save_drafter``)."""
+        """config.json + model.safetensors as one save, all or nothing whatever cuts it
+        (``files.write_together``: a save that raises leaves the old drafter, one killed is
+        finished or undone by ``load_ar_drafter``); other files in the folder are left alone (as
+        ``checkpoints.save_drafter``)."""
         from safetensors.torch import save_file
 
         cfg = self.config.to_dict()
@@ -237,30 +242,82 @@ class ARDrafter(nn.Module):
 
 def load_ar_drafter(path, target=None, dtype=None, device=None) -> ARDrafter:
     """Load an AR drafter written by ``ARDrafter.save_pretrained``; dtype and device: None takes
-    the target's (fp32 and the CPU without a target)."""
+    the target's (fp32 and the CPU without a target), else as ``load_drafter`` spells them.
+
+    Checked as ``load_drafter`` is, each error naming the file and what is wrong: config.json (a
+    JSON object of an ARDrafter with num_target_layers and distinct target_layer_ids, sizes, the
+    RoPE base and epsilon: ``weights.check_config_values``), model.safetensors (readable, float,
+    exactly the ARDrafter's tensors, each of the config's shape, no NaN or inf) and, with a
+    target, the fit (``checkpoints.check_fits``)."""
+    recover(path)                            # a save that was cut: finished or undone, and said
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
+    check_target(target, "load_ar_drafter")
     like = next(target.parameters()) if target is not None else None
-    dtype = dtype or (like.dtype if like is not None else torch.float32)
     device = device or (like.device if like is not None else "cpu")
-
-    path = Path(path)
-    if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
-        raise FileNotFoundError(f"{path} needs config.json and model.safetensors "
-                                f"(write them with ARDrafter.save_pretrained).")
-    raw = json.loads((path / "config.json").read_text())
+    dtype = None if dtype in (None, "auto") else resolve_dtype(dtype, 0, device)  # load_target's
+    dtype = dtype or (like.dtype if like is not None else torch.float32)         # spellings
+    path = Path(path).expanduser()
+    file, weights = path / "config.json", path / "model.safetensors"
+    if path.is_file():
+        raise FileNotFoundError(f"{str(path)!r} is a file, not a folder: load_ar_drafter takes the "
+                                f"folder ARDrafter.save_pretrained wrote (config.json and "
+                                f"model.safetensors).")
+    lacking = [f.name for f in (file, weights) if not f.is_file()]
+    if lacking:
+        raise FileNotFoundError(f"{path} lacks {' and '.join(lacking)}: an AR drafter folder needs "
+                                f"config.json and model.safetensors (write them with "
+                                f"ARDrafter.save_pretrained).")
+    raw = read_json(file, "an AR drafter's config (ARDrafter.save_pretrained writes one)")
+    if not isinstance(raw, dict):
+        raise ValueError(f"{file} must hold a JSON object (an AR drafter's config), got a "
+                         f"{type(raw).__name__}.")
     if raw.get("architectures") != ["ARDrafter"]:
-        raise ValueError(f"{path} holds {raw.get('architectures')}, not an ARDrafter; "
-                         f"load DFlash drafters with minidflash.checkpoints.load_drafter.")
+        raise ValueError(f"{file} names architectures {raw.get('architectures')}, not "
+                         f"['ARDrafter']; load DFlash drafters with "
+                         f"minidflash.checkpoints.load_drafter.")
     for key in ("architectures", "model_type", "transformers_version"):
         raw.pop(key, None)
-    drafter = ARDrafter(Qwen3Config(**raw))
-    drafter.load_state_dict(load_file(str(path / "model.safetensors")), strict=False)
-    missing = set(drafter.state_dict()) - set(load_file(str(path / "model.safetensors")))
-    if {m for m in missing if not m.startswith("rotary_emb")}:
-        raise ValueError(f"{path} lacks tensors {sorted(missing)[:5]} of an ARDrafter.")
+    T, ids, B = raw.get("num_target_layers"), raw.get("target_layer_ids"), raw.get("block_size")
+    if not whole(T) or ids is None:
+        raise ValueError(f"{file} is not an AR drafter config: it needs num_target_layers (an "
+                         f"integer >= 1, got {T!r}) and target_layer_ids (got {ids!r}), the "
+                         f"target layers it reads; save it again with ARDrafter.save_pretrained.")
+    check_layer_ids(ids, T, file, "target_layer_ids")
+    if not whole(B, 2):
+        raise ValueError(f"{file}: block_size must be an integer >= 2 (the longest chain + 1; "
+                         f"{MAX_DRAFT + 1} by default), got {B!r}.")
+    check_config_values(raw, file)
+    try:
+        drafter = ARDrafter(Qwen3Config(**raw))
+    except Exception as e:            # transformers' validators raise their own kinds
+        raise ValueError(f"{file} does not make an ARDrafter: {' '.join(str(e).split())}") from e
+    read_weights([weights])           # readable, float tensors only (weights.py)
+    try:
+        state = load_file(str(weights))
+    except (SafetensorError, OSError) as e:
+        raise ValueError(f"{weights} is not a readable safetensors file ({e}); save it again "
+                         f"with ARDrafter.save_pretrained.") from None
+    expected = {k: v for k, v in drafter.state_dict().items() if not k.startswith("rotary_emb")}
+    missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise ValueError(f"{weights} does not hold the tensors of an ARDrafter: missing "
+                         f"{missing[:5]}, unexpected {unexpected[:5]}; save it again with "
+                         f"ARDrafter.save_pretrained.")
+    wrong = [(k, tuple(state[k].shape), tuple(v.shape)) for k, v in expected.items()
+             if state[k].shape != v.shape]
+    if wrong:
+        raise ValueError(f"{weights} does not match {file}: {wrong[0][0]} is {wrong[0][1]} in the "
+                         f"weights, {wrong[0][2]} by the config ({len(wrong)} tensor(s) differ; "
+                         f"transposed, or hidden_size, heads, head_dim, intermediate_size or "
+                         f"target_layer_ids changed?): restore the config saved with them.")
+    drafter.load_state_dict(state, strict=False)
     drafter.to(device=device, dtype=dtype).eval().requires_grad_(False)
-    if target is not None and target.config.hidden_size != drafter.config.hidden_size:
-        raise ValueError(f"AR drafter hidden size {drafter.config.hidden_size} != target "
-                         f"{target.config.hidden_size}: it must be trained for this target.")
+    check_finite({k: v for k, v in drafter.state_dict().items() if k in state}, lambda k: weights)
+    if target is not None:
+        try:
+            check_fits(drafter, target)
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
     return drafter

@@ -63,10 +63,11 @@ from .core.drafter import (DFlashDrafter, default_target_layer_ids, make_drafter
                            target_features, target_shape, apply_rope)
 from .core.paper import PAPER
 from .paths import TINY_DRAFTER_DIR
-from .files import write_together
+from .files import recover, write_together
 from .hub import snapshot
 from .decoding_config import DecodingConfig, decoding_of, set_decoding
-from .target import check_folder, drafter_config, read_json, resolve_dtype
+from .target import check_folder, check_target, drafter_config, read_json, resolve_dtype
+from .weights import check_finite, read_weights
 from .verify_cost import VerifyCost
 
 DRAFT_VOCAB_FILE = "draft_vocab.json"     # optional, beside the published config + weights
@@ -81,9 +82,11 @@ def save_drafter(drafter: DFlashDrafter, save_directory: str | os.PathLike,
     drafter's own, ``decoding_config.decoding_of``); each file atomically, every other file in
     the folder left alone (``files.write_together``). Such a file left by an earlier save is
     removed when this drafter has none (the loader would read it with these weights).
-    config.json is removed first and renamed into place last: a failed save leaves the old
-    drafter whole, one killed mid-rename no config.json (which load_drafter refuses), never the
-    old config with new weights."""
+    All or nothing: a save that raises leaves the old drafter whole (the files already renamed
+    are put back from hidden backups); one killed at any moment leaves a hidden journal that
+    load_drafter reads first (``files.recover``) to undo it (or, killed after config.json, the
+    commit, was renamed in, to finish it), with a warning; never old and new files mixed. A
+    folder where one of these files goes is refused before anything is written."""
     from safetensors.torch import save_file
 
     if decoding is None or costs is None:
@@ -134,7 +137,14 @@ def load_drafter(name_or_path=None, target=None, dtype=None, device=None,
     which is SDPA for inference). draft_vocab: read draft_vocab.json when the folder has one
     (False ignores it and drafts over the full vocabulary, as an engine that does not know the
     file).
+
+    Broken weights are refused, naming the file and the tensor or value (``weights.py``): a
+    config no drafter runs with (sizes, RoPE base, epsilon, odd head_dim, repeated or
+    out-of-range target_layer_ids), an unreadable, truncated or non-float weights file, a tensor
+    name in two *.safetensors files, a shape the config disagrees with, a NaN or an inf.
     """
+    recover(TINY_DRAFTER_DIR if name_or_path is None else name_or_path)  # finish/undo a cut save
+    check_target(target, "load_drafter")
     like = next(target.parameters()) if target is not None else None
     device = device or (like.device if like is not None else "cpu")
     dtype = None if dtype in (None, "auto") else resolve_dtype(dtype, 0, device)  # load_target's
@@ -160,6 +170,7 @@ def load_drafter(name_or_path=None, target=None, dtype=None, device=None,
     files = sorted(path.glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"{path} has no *.safetensors weights next to its config.json.")
+    headers = read_weights(files)     # readable, float, no tensor in two files (weights.py)
     state = {}
     for f in files:
         try:
@@ -177,12 +188,13 @@ def load_drafter(name_or_path=None, target=None, dtype=None, device=None,
     wrong = [(k, tuple(state[k].shape), tuple(v.shape)) for k, v in drafter.state_dict().items()
              if state[k].shape != v.shape]      # a size in config.json changed after the save
     if wrong:
-        raise ValueError(f"{files[0] if len(files) == 1 else path} does not match {file}: "
+        raise ValueError(f"{headers[wrong[0][0]][0]} does not match {file}: "
                          f"{wrong[0][0]} is {wrong[0][1]} in the weights, {wrong[0][2]} by the "
                          f"config ({len(wrong)} tensor(s) differ; hidden_size, heads, head_dim, "
                          f"target_layer_ids?): restore the config saved with them.")
     drafter.load_state_dict(state, strict=True)
     drafter.to(device=device, dtype=dtype).eval().requires_grad_(False)
+    check_finite(drafter.state_dict(), lambda name: headers[name][0])   # no NaN, no inf
     drafter.backend = backend
     if draft_vocab and (path / DRAFT_VOCAB_FILE).is_file():
         try:

@@ -130,6 +130,10 @@ def check_models(target, drafter) -> None:
     the two swapped are told apart here, before any attribute of theirs is read."""
     order = "the order is (target, drafter, input_ids)"
     for name, x in (("target", target), ("drafter", drafter)):
+        if isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], torch.nn.Module):
+            raise TypeError(f"{name} is the (model, tokenizer) tuple load_target returns: "
+                            f"target, tokenizer = load_target(...), and pass the model "
+                            f"({type(x[0]).__name__}) alone: {order}.")
         if isinstance(x, (str, os.PathLike)):
             load = "load_target" if name == "target" else "load_drafter"
             raise TypeError(f"{name} is the path or name {str(x)!r}: load it first, "
@@ -178,9 +182,27 @@ def lean_of(target, cfg: DecodingConfig) -> bool:
 def check_call(target, drafter, input_ids, cfg: DecodingConfig, batch: bool = False) -> None:
     """What the config cannot check alone: the prompt, and the block, tree and length against
     this drafter and target."""
+    def given(ids) -> str:
+        """What was given as input_ids, in words: its kind, dtype and shape."""
+        if isinstance(ids, torch.Tensor):
+            fix = ("" if ids.is_floating_point() or ids.dtype == torch.bool else " (.long())"
+                   if ids.dim() == 2 else " ([None] for one row)" if ids.dim() == 1 else "")
+            return (f"a {ids.dim()}-D {str(ids.dtype).replace('torch.', '')} tensor of shape "
+                    f"{tuple(ids.shape)}{fix}")
+        if type(ids).__module__ == "numpy" and hasattr(ids, "shape"):
+            return (f"a numpy {getattr(ids, 'dtype', '')} array of shape {tuple(ids.shape)} "
+                    f"(torch.from_numpy(ids).long())")
+        text = repr(ids)
+        return f"{type(ids).__name__} {text[:40]}{'...' if len(text) > 40 else ''}"
+    shape = "(N, S)" if batch else "(1, S)"
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.dtype != torch.long:
-        raise ValueError("input_ids must be a (1, S) LongTensor of token ids, e.g. "
-                         "tokenizer(text, return_tensors='pt')['input_ids'].")
+        raise ValueError(f"input_ids must be a {shape} LongTensor of token ids, e.g. "
+                         f"tokenizer(text, return_tensors='pt')['input_ids'], got "
+                         f"{given(input_ids)}.")
+    if input_ids.device.type == "meta":
+        raise ValueError(f"input_ids {tuple(input_ids.shape)} is a tensor on the meta device, "
+                         f"which holds no token ids: give the prompt's ids on the target's "
+                         f"device ({target.device}).")
     if input_ids.shape[0] == 0:
         raise ValueError(f"input_ids {tuple(input_ids.shape)} holds no prompt: give at least one "
                          f"row.")
@@ -189,12 +211,13 @@ def check_call(target, drafter, input_ids, cfg: DecodingConfig, batch: bool = Fa
                          f"{input_ids.shape[0]}: call speculative_generate_batch with the "
                          f"tokenizer's attention_mask (left padding) for one result per row.")
     if input_ids.shape[1] == 0:
-        raise ValueError("The prompt is empty: give at least one token (e.g. the chat template's "
-                         "generation prompt).")
+        raise ValueError(f"The prompt is empty (input_ids {tuple(input_ids.shape)}): give at least "
+                         f"one token (e.g. the chat template's generation prompt).")
     vocab = target.get_input_embeddings().weight.shape[0]
     if int(input_ids.min()) < 0 or int(input_ids.max()) >= vocab:
-        raise ValueError(f"input_ids hold ids outside the target's vocabulary 0..{vocab - 1}: "
-                         f"was the prompt tokenized with this target's tokenizer?")
+        far = input_ids[(input_ids < 0) | (input_ids >= vocab)].unique()[:5].tolist()
+        raise ValueError(f"input_ids hold ids {far} outside the target's vocabulary "
+                         f"0..{vocab - 1}: was the prompt tokenized with this target's tokenizer?")
     V = target.get_output_embeddings().weight.shape[0]
     far = [t for t in cfg.stop_token_ids if t >= V]
     if far:
@@ -210,7 +233,8 @@ def check_call(target, drafter, input_ids, cfg: DecodingConfig, batch: bool = Fa
     if B == 1:
         return
     if drafter is None:
-        raise ValueError("block_size > 1 needs a drafter; pass one or use block_size=1.")
+        raise ValueError(f"block_size {B} needs a drafter (block_size > 1 drafts B - 1 tokens); "
+                         f"pass one or use block_size=1.")
     if batch and not isinstance(drafter, DFlashDrafter):
         raise ValueError(f"a batch needs the DFlash drafter: {type(drafter).__name__} drafts one "
                          f"row at a time; call speculative_generate on each prompt (1, S), or "

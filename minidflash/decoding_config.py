@@ -42,14 +42,14 @@ text.
 
 from __future__ import annotations
 
-import math
+import json
 import weakref
 from dataclasses import asdict, dataclass, fields, replace
-from numbers import Real
 
+import numpy as np
 import torch
 
-from .verify_cost import VerifyCost
+from .verify_cost import VerifyCost, finite_number, whole_number
 
 # The smallest temperature sampled: logits / T must stay finite in fp32 (3.4e38) for any logit a
 # model gives (|logit| < 1e30 here), and 1e-4 is far below any temperature that samples usefully;
@@ -63,12 +63,14 @@ FILE_FIELDS = ("block_size", "p_min", "cost", "trust", "tree", "temperature", "f
 
 
 def _whole(v) -> bool:
-    """An int that is not a bool (True is an int to isinstance, and would read as 1)."""
-    return isinstance(v, int) and not isinstance(v, bool)
+    """An integer (numpy's too) that is not a bool (True is an int to isinstance, and would read
+    as 1)."""
+    return whole_number(v)
 
 
 def _number(v) -> bool:
-    return isinstance(v, Real) and not isinstance(v, bool) and math.isfinite(v)
+    """A finite real number (numpy's too), not a bool."""
+    return finite_number(v)
 
 
 def check_tree(tree) -> dict:
@@ -84,16 +86,25 @@ def check_tree(tree) -> dict:
         raise ValueError(f"node_budget {tree['node_budget']} is over {MAX_TREE_NODES}: every node "
                          f"is paid for in the verify pass, and the measured curves (16 tokens) "
                          f"make a step pay for at most 15; use a budget of 15-63.")
-    return dict(tree)
+    return {k: int(v) for k, v in tree.items()}
 
 
 def as_stop_ids(stops) -> tuple[int, ...]:
     """stop_token_ids as a tuple of ints: an int, or a list, tuple or 1-D tensor of them."""
+    if isinstance(stops, np.ndarray):            # numpy's array: as a tensor of the same ids
+        if stops.ndim > 1 or stops.dtype.kind not in "iu":
+            raise ValueError(f"stop_token_ids must be token ids: an int, or a list or 1-D integer "
+                             f"tensor or array of them, got a numpy {stops.dtype} array of shape "
+                             f"{tuple(stops.shape)}.")
+        stops = stops.tolist()
     if isinstance(stops, torch.Tensor):
         if stops.dim() > 1 or stops.is_floating_point() or stops.dtype == torch.bool:
             raise ValueError(f"stop_token_ids must be token ids: an int, or a list or 1-D integer "
                              f"tensor of them, got a {stops.dtype} tensor of shape "
                              f"{tuple(stops.shape)}.")
+        if stops.device.type == "meta":
+            raise ValueError("stop_token_ids is a tensor on the meta device, which holds no "
+                             "values: give the ids (a list, or a tensor on the CPU).")
         stops = stops.tolist()
     if stops is None:
         return ()
@@ -129,6 +140,11 @@ class DecodingConfig:
         elif self.tree is not None and self.tree is not True:
             object.__setattr__(self, "tree", check_tree(self.tree))
         self.validate()
+        for name, kind in (("max_new_tokens", int), ("block_size", int), ("p_min", float),
+                           ("trust", float), ("temperature", float)):
+            value = getattr(self, name)         # numpy's numbers as Python's: JSON, str, ==
+            if value is not None and type(value) is not kind:
+                object.__setattr__(self, name, kind(value))
 
     def validate(self) -> None:
         """Every field checked on its own, and the one rule between fields."""
@@ -162,9 +178,10 @@ class DecodingConfig:
             raise ValueError(f"lean must be True, False or None (where the target supports it), "
                              f"got {self.lean!r}.")
         if self.tree is not None and (p or self.record_steps):
-            raise ValueError("p_min and record_steps are a chain's: a tree has no cut and records "
-                             "no steps. Pass tree=False with them (a drafter's default tree gives "
-                             "way to them by itself).")
+            which = f"p_min={p!r}" if p else "record_steps=True"
+            raise ValueError(f"{which} with tree={self.tree!r}: p_min and record_steps are a "
+                             f"chain's: a tree has no cut and records no steps. Pass tree=False "
+                             f"with them (a drafter's default tree gives way to them by itself).")
         if self.exact and b is not None and b > EXACT_ROWS:
             raise ValueError(f"exact mode runs every pass on {EXACT_ROWS} rows: block_size {b} "
                              f"does not fit; use a block size of at most {EXACT_ROWS}.")
@@ -244,13 +261,20 @@ class DecodingConfig:
         ``call``: fields over the text's: those it does not name are applied (max_new_tokens,
         stop_token_ids, a block size for 'dflash'), one it names with another value is an error,
         and so is an option named twice."""
-        head, *opts = str(text).split("/")
-        kind, _, B = head.partition(":")
-        if kind not in ("plain", "dflash", "tree") or (B and not B.isdigit()) or (
-                kind == "plain" and B):
-            raise ValueError(f"{text!r} is not a decoding: plain, dflash[:B] or tree[:B]/nN/topK, "
-                             f"then /pP /cost /trustW /T<temperature> /argmax /steps /lean /nolean "
-                             f"/exact as wanted.")
+        if not isinstance(text, str):
+            raise TypeError(f"parse takes a decoding's text such as 'dflash:16/p0.3', got "
+                            f"{type(text).__name__} {text!r}.")
+        head, *opts = text.split("/")
+        kind, colon, B = head.partition(":")
+        why = ("" if kind not in ("dflash", "tree") or not colon
+               else f" (no block size after {kind + ':'!r}: {kind}:16, or {kind} for the "
+                    f"drafter's)" if not B
+               else f" ({B!r} is not a block size: ASCII digits, e.g. {kind}:16)"
+               if not (B.isascii() and B.isdigit()) else "")
+        if kind not in ("plain", "dflash", "tree") or why or (kind == "plain" and colon):
+            raise ValueError(f"{text!r} is not a decoding{why}: plain, dflash[:B] or "
+                             f"tree[:B]/nN/topK, then /pP /cost /trustW /T<temperature> /argmax "
+                             f"/steps /lean /nolean /exact as wanted.")
         f = {"block_size": 1} if kind == "plain" else {"block_size": int(B)} if B else {}
         if kind == "dflash":
             f["tree"] = None                            # a chain
@@ -260,6 +284,8 @@ class DecodingConfig:
                                     "n", "lean", "exact", "T") if opt.startswith(k)), None)
             value = opt[len(key or ""):]
             try:
+                if not value.isascii():          # float() reads other scripts' digits too
+                    raise ValueError(value)
                 if key in ("lean", "nolean") and not value:
                     name, v = "lean", key == "lean"
                 elif key in ("cost", "argmax", "steps", "exact") and not value:
@@ -298,14 +324,36 @@ class DecodingConfig:
             raise ValueError(f"{text!r} sets {', '.join(f'{k}={f[k]!r}' for k in clash)}, and the "
                              f"call gives {', '.join(f'{k}={v!r}' for k, v in clash.items())}: "
                              f"say it once (in the text, or as a keyword over a text without it).")
-        return cls(**{**call, **f})
+        try:
+            return cls(**{**call, **f})
+        except ValueError as e:
+            raise ValueError(f"{text!r}: {e}") from None
 
     # -- decoding.json -------------------------------------------------------------------------
     def to_file(self, costs: dict | None = None) -> dict:
         """What decoding.json holds: the fields that differ from the defaults, the tree, and the
-        drafter's cost curves under "cost" (verify_cost.costs_to_dict) when ``cost`` is on."""
+        drafter's cost curves under "cost" (verify_cost.costs_to_dict) when ``cost`` is on. A
+        field the file does not hold (FILE_FIELDS lists what it does) set away from its default
+        is refused by name, never dropped: a call's length and stops, exact, lean and
+        record_steps are the call's to give."""
         from .verify_cost import costs_to_dict
         default, out = DecodingConfig(), {}
+        dropped = [f"{x.name}={getattr(self, x.name)!r}" for x in fields(self)
+                   if x.name not in FILE_FIELDS and getattr(self, x.name) != getattr(default, x.name)]
+        if dropped:
+            raise ValueError(f"decoding.json does not hold {', '.join(dropped)}: it keeps a "
+                             f"drafter's defaults ({', '.join(FILE_FIELDS)}); give "
+                             f"{', '.join(d.split('=')[0] for d in dropped)} to each call "
+                             f"(speculative_generate(..., {dropped[0]})), and write the config "
+                             f"without.")
+        if isinstance(self.cost, VerifyCost):   # one curve: for any dtype and thread count
+            if costs:
+                raise ValueError(f"cost={self.cost!r} and costs={costs!r} both name the curves: "
+                                 f"give cost=True with costs, or the one VerifyCost alone.")
+            costs = {(None, 0): self.cost}
+        elif costs and not self.cost:
+            raise ValueError(f"costs={costs!r} with cost=False: decoding.json would drop them; "
+                             f"give cost=True to write them, or no costs.")
         if self.tree is True:
             raise ValueError("tree=True names the drafter's default tree, which decoding.json is "
                              "where it is kept: write the tree itself, {'node_budget': n, "
@@ -318,6 +366,12 @@ class DecodingConfig:
             if not costs:
                 raise ValueError("cost=True names the drafter's curves: give them (costs=...).")
             out["cost"] = costs_to_dict(costs)
+        try:                                    # what is written loads back, or is not written
+            back = type(self).from_file(json.loads(json.dumps(out, allow_nan=False)))
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"decoding.json would hold {out!r}, which does not load back: "
+                             f"{e}") from None
+        assert back[0] == replace(self, cost=bool(self.cost)), (back, self)
         return out
 
     @classmethod

@@ -22,7 +22,6 @@ the user's cache (``~/.cache/minidflash``), so that later loads read safetensors
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import shutil
@@ -32,9 +31,13 @@ from pathlib import Path
 
 import torch
 
+from .core.drafter import default_target_layer_ids
 from .core.paper import PAPER
+from .files import recover
 from .paths import TINY_TARGET_DIR
 from .hub import PACKAGED, fetch_packaged, local_only, not_found, user_cache_dir
+from .weights import (check_config_values, check_finite, check_target_folder,  # noqa: F401
+                      read_json, rope_thetas, tokenizer_error)    # read_json: checkpoints'
 
 # Qwen3's template, reduced to what the tiny model knows: system/user/assistant turns and the
 # non-thinking generation prompt. enable_thinking defaults to False here (the tiny model never
@@ -160,18 +163,6 @@ def check_folder(name_or_path, what: str = "load_target", default=TINY_TARGET_DI
     return path.is_dir()
 
 
-def read_json(file: Path, what: str):
-    """The JSON in ``file``; not JSON (garbled, truncated, empty): an error naming the file and
-    what it should hold."""
-    try:
-        text = file.read_text()
-        if not text.strip():
-            raise ValueError("the file is empty")
-        return json.loads(text)
-    except ValueError as e:        # json's errors and undecodable bytes are ValueErrors
-        raise ValueError(f"{file} is not valid JSON ({e}): it should hold {what}.") from None
-
-
 def drafter_config(file: Path) -> dict:
     """A drafter's config.json as a dict, checked, each error naming the file: a JSON object
     with dflash_config and num_target_layers, sizes and counts integers >= 1, block_size >= 2
@@ -211,12 +202,29 @@ def drafter_config(file: Path) -> dict:
     if mask is not None and not whole(mask, 0):
         raise ValueError(f"{file}: dflash_config.mask_token_id must be a token id >= 0, got "
                          f"{mask!r}.")
-    ids = dflash.get("target_layer_ids")
+    check_layer_ids(dflash.get("target_layer_ids"), T, file, "dflash_config.target_layer_ids")
+    check_config_values(raw, file)
+    thetas = {k: v for k, v in rope_thetas(raw).items() if v is not None}
+    if len(set(thetas.values())) > 1:
+        raise ValueError(f"{file}: the RoPE base differs where the config keeps it ({thetas}); "
+                         f"a drafter runs with its target's: give the same value everywhere.")
+    return raw
+
+
+def check_layer_ids(ids, T: int, file, key: str) -> None:
+    """``ids`` (None: the default) a non-empty list of distinct target layers 0..T-1; repeats
+    only where ``default_target_layer_ids`` makes them (a target of fewer than 5 layers)."""
+    whole = lambda v, low: isinstance(v, int) and not isinstance(v, bool) and v >= low
     if ids is not None and (not isinstance(ids, list) or not ids
                             or not all(whole(i, 0) and i < T for i in ids)):
-        raise ValueError(f"{file}: dflash_config.target_layer_ids must be a non-empty list of "
+        raise ValueError(f"{file}: {key} must be a non-empty list of "
                          f"target layers 0..{T - 1} (num_target_layers {T}), got {ids!r}.")
-    return raw
+    if ids is not None and len(set(ids)) < len(ids) and ids != default_target_layer_ids(
+            T, len(ids)):
+        twice = sorted({i for i in ids if ids.count(i) > 1})
+        raise ValueError(f"{file}: {key} {ids} names layers {twice} more than once: each "
+                         f"feature is a different target layer (the fc layer was trained on "
+                         f"those); restore the ids saved with the weights.")
 
 
 def load_target(name_or_path: str | os.PathLike | None = None, dtype="auto",
@@ -227,50 +235,120 @@ def load_target(name_or_path: str | os.PathLike | None = None, dtype="auto",
     in ``hub.PACKAGED`` if it has one. dtype: "auto" (the fast one on this device,
     ``resolve_dtype``), or a torch dtype. The model is put in eval mode with gradients off: the
     target is frozen in DFlash.
+
+    Checked at load, each error naming the file (``check_target_folder``, ``check_loaded``):
+    config.json (a known causal LM, sizes, RoPE base, epsilon), the weights (readable, float, no
+    tensor in two files, every tensor of the config's shape, none missing or left over, no NaN
+    or inf: ``weights.check_finite``), the tokenizer files and the chat template.
     """
     if dtype != "auto":
         dtype = resolve_dtype(dtype, 0, device)          # checked before any file is read
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     path = TINY_TARGET_DIR if name_or_path is None else name_or_path
     local = check_folder(path)                            # the hub is asked for hub ids only
     path = Path(path).expanduser() if local else path     # "~/models/x" is a folder too
     if local:
-        config = read_json(path / "config.json", "the target's transformers config")
-        arch = config.get("architectures") if isinstance(config, dict) else None
-        if isinstance(config, dict) and ("dflash_config" in config or arch in (
-                ["DFlashDraftModel"], ["ARDrafter"])):
-            raise ValueError(f"{path} holds a drafter ({arch or 'dflash_config'} in its "
-                             f"config.json), not a target: load it with load_drafter"
-                             f"({str(name_or_path)!r}, target), and the target it drafts for "
-                             f"with load_target (None: the shipped tiny target).")
+        recover(path)                                     # a save cut in it: finished or undone
     try:
-        only_cache = not local and local_only()
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=only_cache)
-        # "auto" loads the checkpoint's own dtype, then casts (never fp32 weights through bf16)
-        model, info = AutoModelForCausalLM.from_pretrained(
-            path, dtype=dtype, local_files_only=only_cache, output_loading_info=True)
-        if info["missing_keys"] or info["mismatched_keys"]:
-            missing = sorted(info["missing_keys"]) + sorted(map(str, info["mismatched_keys"]))
-            raise ValueError(f"{path}: the weights lack or mis-shape {missing[:5]}"
-                             f"{'...' if len(missing) > 5 else ''} of a "
-                             f"{type(model).__name__}; transformers would run them random. Is "
-                             f"it the folder of a complete causal LM (its *.safetensors beside "
-                             f"config.json)?")
+        model, tokenizer, files = from_pretrained(path, dtype, local, name_or_path)
     except OSError as e:
         if local:
             raise
         if str(name_or_path) not in PACKAGED:
             raise not_found(str(name_or_path), TINY_TARGET_DIR) from e
-        model, tokenizer = packaged_target(str(name_or_path), dtype)
+        path = packaged_folder(str(name_or_path))
+        model, tokenizer, files = from_pretrained(path, dtype, True, name_or_path)
     dtype = resolve_dtype(dtype, model.num_parameters(), device)
     model.to(device=device, dtype=dtype).eval().requires_grad_(False)
+    check_finite(dict(model.named_parameters()), lambda k: files.get(k, (path,))[0])
     model.load_source = name_or_path        # what load_target read: the same weights in another dtype
     return model, tokenizer
 
 
-def packaged_target(name: str, dtype="auto"):
-    """(model, tokenizer) of a hub id from its offline source (``hub.PACKAGED``).
+def check_target(target, what: str) -> None:
+    """A loader's ``target=``: None or a model. The (model, tokenizer) tuple load_target returns
+    is named as such (it said "'tuple' object has no attribute 'parameters'")."""
+    if isinstance(target, tuple):
+        raise TypeError(f"{what}: target is the (model, tokenizer) tuple load_target returns: "
+                        f"target, tokenizer = load_target(...), then pass target=target.")
+    if target is not None and not (isinstance(target, torch.nn.Module)
+                                   and hasattr(target, "config")):
+        raise TypeError(f"{what}: target must be the target model (load_target(...)[0]) or "
+                        f"None, got {type(target).__name__}.")
+
+
+def from_pretrained(path, dtype, local: bool, name=None):
+    """(model, tokenizer, weight files: name -> (file, header entry)) through transformers; a
+    local folder checked before (``check_target_folder``) and its errors named, every target
+    checked after (``check_loaded``)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    files = check_target_folder(path, name) if local else {}
+    only_cache = not local and local_only()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=only_cache)
+    except Exception as e:
+        if not local:
+            raise
+        raise tokenizer_error(path, e) from None
+    try:   # "auto" loads the checkpoint's own dtype, then casts (never fp32 weights through bf16)
+        model, info = AutoModelForCausalLM.from_pretrained(
+            path, dtype=dtype, local_files_only=only_cache, output_loading_info=True,
+            ignore_mismatched_sizes=True)         # told below, by name, with both shapes
+    except Exception as e:
+        if not local:
+            raise
+        raise ValueError(f"{path}: transformers cannot build the target from config.json and "
+                         f"its weights ({type(e).__name__}: {' '.join(str(e).split())[:300]}); "
+                         f"restore the folder as the model was saved.") from e
+    check_loaded(model, tokenizer, info, path, files, local)
+    return model, tokenizer, files
+
+
+TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json", "tokenizer_config.json")
+
+
+def check_loaded(model, tokenizer, info: dict, path, files: dict, local: bool) -> None:
+    """What transformers loaded, checked: every tensor of the config's shape, none missing, none
+    left over (a num_hidden_layers or model_type that disagrees with the weights), a tokenizer no
+    larger than the embedding, a chat template that renders."""
+    cls, file_of = type(model).__name__, lambda k: files.get(k, (path,))[0]
+    if info["mismatched_keys"]:
+        wrong = sorted(info["mismatched_keys"], key=str)
+        k, *shapes = wrong[0] if isinstance(wrong[0], tuple) else (wrong[0],)   # (name, file's,
+        got, want = map(tuple, shapes) if len(shapes) == 2 else ("?", "?")      # the config's)
+        raise ValueError(f"{file_of(k)}: tensor {k!r} is {got} in the weights and {want} by "
+                         f"{path}'s config.json ({len(wrong)} tensor(s) differ): "
+                         f"vocab_size, hidden_size, intermediate_size, the heads or head_dim "
+                         f"there disagree with the weights; restore the config saved with them.")
+    if info["missing_keys"]:
+        missing = sorted(info["missing_keys"])
+        raise ValueError(f"{path}: the weights lack {missing[:5]}{'...' if len(missing) > 5 else ''}"
+                         f" of a {cls}; transformers would run them random. Is it the folder of "
+                         f"a complete causal LM (its *.safetensors beside config.json)?")
+    extra = sorted(k for k in info["unexpected_keys"] if not k.endswith("inv_freq"))
+    if extra:
+        raise ValueError(f"{file_of(extra[0])}: the weights hold {extra[:3]}"
+                         f"{'...' if len(extra) > 3 else ''} ({len(extra)} tensors) that a {cls} "
+                         f"built from {path}'s config.json has no place for (num_hidden_layers "
+                         f"{model.config.num_hidden_layers}, model_type "
+                         f"{model.config.model_type!r}); restore the config saved with them.")
+    rows = model.get_input_embeddings().weight.shape[0]
+    if len(tokenizer) > rows:
+        raise ValueError(f"{path}: the tokenizer has {len(tokenizer)} tokens and the model's "
+                         f"embedding {rows} rows (vocab_size): ids past {rows - 1} index nothing. "
+                         f"Is the tokenizer (tokenizer.json) another model's?")
+    if getattr(tokenizer, "chat_template", None) is not None:
+        try:
+            chat_text(tokenizer, [{"role": "user", "content": "Hi"}])
+        except Exception as e:      # jinja's syntax and runtime errors, and what they raise
+            src = next((path / f for f in TEMPLATE_FILES if local and (path / f).is_file()), path)
+            raise ValueError(f"{src}: the chat template does not render a user turn "
+                             f"({type(e).__name__}: {' '.join(str(e).split())[:200]}); fix its "
+                             f"Jinja or copy it again from the model.") from None
+
+
+def packaged_folder(name: str) -> Path:
+    """The local folder of a hub id's offline source (``hub.PACKAGED``).
 
     The first call fetches the GGUF into ``<user cache>/minidflash/<file stem>/``, dequantises it
     (transformers + the gguf package; ~30 s) and saves that fp32 model with its tokenizer beside
@@ -299,8 +377,12 @@ def packaged_target(name: str, dtype="auto"):
             tmp.replace(saved)
         except OSError:  # another process saved it first
             shutil.rmtree(tmp)
-    tokenizer = AutoTokenizer.from_pretrained(saved)
-    return AutoModelForCausalLM.from_pretrained(saved, dtype=dtype), tokenizer
+    return saved
+
+
+def packaged_target(name: str, dtype="auto"):
+    """(model, tokenizer) of a hub id from its offline source (``packaged_folder``), checked."""
+    return from_pretrained(packaged_folder(name), dtype, True, name)[:2]
 
 
 def chat_text(tokenizer, messages: list[dict]) -> str:

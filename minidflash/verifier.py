@@ -85,8 +85,12 @@ def check_batch(input_ids, attention_mask) -> torch.Tensor:
     if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != input_ids.shape:
         raise ValueError(f"attention_mask must have input_ids' shape {tuple(input_ids.shape)}, got "
                          f"{getattr(attention_mask, 'shape', type(attention_mask).__name__)}.")
+    if attention_mask.device.type == "meta":
+        raise ValueError(f"attention_mask {tuple(attention_mask.shape)} is a tensor on the meta "
+                         f"device, which holds no values: give the tokenizer's mask.")
     if not ((attention_mask == 0) | (attention_mask == 1)).all():
-        raise ValueError("attention_mask must hold 0 (padding) and 1 (token) only.")
+        bad = attention_mask[(attention_mask != 0) & (attention_mask != 1)].unique()[:5].tolist()
+        raise ValueError(f"attention_mask must hold 0 (padding) and 1 (token) only, got {bad}.")
     mask = attention_mask.bool()
     if (mask[:, 1:] < mask[:, :-1]).any():
         raise ValueError("attention_mask is not left-padded (a row has padding after a token): "

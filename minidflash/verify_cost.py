@@ -32,11 +32,25 @@ count (``costs_from_dict``); a call uses the target's dtype and the thread count
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import dataclass
+from numbers import Integral, Real
 
 import torch
 
 from .core.verifier import Draft
+
+
+def finite_number(x) -> bool:
+    """A real number (numpy's too), not a bool, neither NaN nor infinite: a cost, a weight. A NaN
+    compares False with everything, so a check such as ``x < 0`` lets it through unless this
+    asks first (a NaN draft cost made every step's rate NaN, and decoding almost plain)."""
+    return isinstance(x, Real) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def whole_number(x) -> bool:
+    """An integer (numpy's too), not a bool (True would read as 1)."""
+    return isinstance(x, Integral) and not isinstance(x, bool)
 
 
 def confident_prefix(q: torch.Tensor, p_min: float) -> torch.Tensor:
@@ -54,22 +68,32 @@ class VerifyCost:
 
     def __post_init__(self):
         v = self.verify
+        if isinstance(v, list):                 # a list reads as the tuple it holds
+            v = tuple(v)
         if (not isinstance(v, tuple) or len(v) < 2
-                or not all(isinstance(x, (int, float)) and x > 0 for x in v)):
+                or not all(finite_number(x) and x > 0 for x in v)):
+            bad = ("" if not isinstance(v, tuple) or len(v) < 2 else next(
+                f" (verify[{i}] = {x!r}{'' if finite_number(x) else ': not a finite number'})"
+                for i, x in enumerate(v) if not (finite_number(x) and x > 0)))
             raise ValueError(f"verify cost must be t(k)/t(1) for k = 1, 2, ... (at least two "
-                             f"positive numbers), got {v!r}; `python -m minidflash budget curve` "
-                             f"measures it.")
+                             f"positive finite numbers), got {self.verify!r}{bad}; `python -m "
+                             f"minidflash budget curve` measures it.")
+        v = tuple(float(x) for x in v)          # numpy's numbers as Python's: JSON keeps them
         if abs(v[0] - 1) > 1e-6:
             raise ValueError(f"verify cost is in units of one plain step, so t(1)/t(1) = 1; got "
                              f"{v[0]!r} first. Divide the curve by its first entry.")
-        if not isinstance(self.draft, (int, float)) or self.draft < 0:
-            raise ValueError(f"draft cost must be a number >= 0 (a drafter pass in plain decode "
-                             f"steps), got {self.draft!r}.")
-        if not isinstance(self.max_skip, int) or self.max_skip < 0:
+        if not finite_number(self.draft) or self.draft < 0:
+            raise ValueError(f"draft cost must be a finite number >= 0 (a drafter pass in plain "
+                             f"decode steps), got {self.draft!r}.")
+        if not whole_number(self.max_skip) or self.max_skip < 0:
             raise ValueError(f"max_skip must be an integer >= 0, got {self.max_skip!r}.")
-        if not isinstance(self.trust_weight, (int, float)) or not 0 <= self.trust_weight < 1:
+        if not finite_number(self.trust_weight) or not 0 <= self.trust_weight < 1:
             raise ValueError(f"trust_weight must be in [0, 1) (0: no correction), got "
                              f"{self.trust_weight!r}.")
+        object.__setattr__(self, "verify", v)
+        object.__setattr__(self, "draft", float(self.draft))
+        object.__setattr__(self, "max_skip", int(self.max_skip))
+        object.__setattr__(self, "trust_weight", float(self.trust_weight))
 
     @classmethod
     def from_dict(cls, d: dict) -> "VerifyCost":
@@ -208,16 +232,38 @@ def costs_from_dict(d: dict) -> dict[tuple[str | None, int], VerifyCost]:
                 for (_, t), c in costs_from_dict(sub).items()}
     if isinstance(d, dict) and "by_threads" in d:
         by = d["by_threads"]
-        if not isinstance(by, dict) or not by or not all(str(k).isdigit() and int(k) > 0 for k in by):
+        counts = lambda k: str(k).isascii() and str(k).isdigit() and int(k) > 0
+        if not isinstance(by, dict) or not by or not all(counts(k) for k in by):
             raise ValueError(f"by_threads maps thread counts to cost curves, e.g. "
                              f"{{'1': {{...}}, '2': {{...}}}}, got {by!r}.")
-        return {(None, int(k)): VerifyCost.from_dict(v) for k, v in by.items()}
+        out = {}
+        for k, v in by.items():
+            try:
+                out[None, int(k)] = VerifyCost.from_dict(v)
+            except ValueError as e:
+                raise ValueError(f"by_threads[{str(k)!r}]: {e}") from None
+        return out
     return {(None, 0): VerifyCost.from_dict(d)}
 
 
 def costs_to_dict(costs: dict[tuple[str | None, int], VerifyCost]) -> dict:
-    """The inverse of ``costs_from_dict``."""
+    """The inverse of ``costs_from_dict``. What that could not read back is refused: no curve,
+    a thread count that is not a whole number >= 1 (0, "any", only alone), a dtype it does not
+    name, something other than a VerifyCost."""
+    if not isinstance(costs, dict) or not costs:
+        raise ValueError(f"cost curves are {{(dtype, threads): VerifyCost}} with one curve at "
+                         f"least, got {costs!r}.")
+    for key, c in costs.items():
+        if (not isinstance(key, tuple) or len(key) != 2
+                or key[0] not in (None, "float32", "bfloat16", "float16")
+                or not whole_number(key[1]) or key[1] < 0 or not isinstance(c, VerifyCost)):
+            raise ValueError(f"cost curves are {{(dtype, threads): VerifyCost}}, dtype None, "
+                             f"'float32', 'bfloat16' or 'float16' and threads an integer >= 1 "
+                             f"(0: any, alone); got {key!r}: {c!r}.")
     def threads(group: dict) -> dict:
+        if 0 in group and len(group) > 1:
+            raise ValueError(f"a curve for any thread count (0) cannot sit beside curves for "
+                             f"{sorted(t for t in group if t)} threads: give each its count.")
         if list(group) == [0]:
             return group[0].to_dict()
         return {"by_threads": {str(k): c.to_dict() for k, c in sorted(group.items())}}

@@ -58,7 +58,7 @@ def test_calibration_counts_each_reached_slot_once(tiny):
 def test_cost_writes_a_saved_curve_into_the_drafters_files(tmp_path):
     """`budget cost --from curve.json --drafter DIR`: the curves, per thread count, become the
     drafter's default cost model; its other settings stay."""
-    target = tiny_target(4, vocab=97, layers=4)
+    target = tiny_target(4, vocab=97, layers=6)            # 6 layers: 3 distinct ones read
     drafter = random_drafter(target, 4)
     set_decoding(drafter, DecodingConfig(p_min=0.3))
     save_drafter(drafter, tmp_path / "d")
@@ -97,3 +97,227 @@ def test_curve_of_a_published_shape_with_random_weights(tmp_path, monkeypatch):
     assert saved["threads"]["1"]["in_decode_steps"][0] == 1.0 and out.with_suffix(".png").exists()
     with pytest.raises(SystemExit):
         budget.main(["curve", "--shape", "small", "--target", "x"])
+
+
+# -- `budget cost` writes only what the loader takes, and only into a drafter's folder ----------
+GOOD = {"in_decode_steps": [1.0, 1.5, 1.9], "verify_ms": [10.0, 15.0, 19.0], "draft_ms": 2.0}
+NAN, INF = float("nan"), float("inf")
+
+
+def entry(**changes):
+    return {**GOOD, **changes}
+
+
+GOOD_CURVES = {       # name: the curve file's content
+    "one count": {"threads": {"1": GOOD}},
+    "two counts": {"threads": {"1": GOOD, "2": entry(draft_ms=0.0)}},
+    "float32": {"threads": {"1": GOOD}, "dtype": "float32"},
+    "bfloat16": {"threads": {"1": GOOD, "4": GOOD}, "dtype": "bfloat16"},
+    "float16": {"threads": {"2": GOOD}, "dtype": "float16"},
+}
+BAD_CURVES = [        # (name, the curve file's content, what the one line must name)
+    ("threads []", {"threads": []}, '"threads" is []'),
+    ("threads {}", {"threads": {}}, '"threads" is {}'),
+    ("threads text", {"threads": "1"}, "\"threads\" is '1'"),
+    ("no threads", {"thread": {"1": GOOD}}, 'no "threads"'),
+    ("a list", [GOOD], "not a verify curve"),
+    ("a number", 3, "not a verify curve"),
+    ("thread 0", {"threads": {"0": GOOD}}, "thread count '0'"),
+    ("thread -1", {"threads": {"-1": GOOD}}, "thread count '-1'"),
+    ("thread x", {"threads": {"x": GOOD}}, "thread count 'x'"),
+    ("thread ²", {"threads": {"²": GOOD}}, "thread count '²'"),
+    ("entry a list", {"threads": {"1": [1.0, 2.0]}}, "threads['1'] is [1.0, 2.0]"),
+    ("no draft_ms", {"threads": {"1": {"in_decode_steps": [1.0, 2.0], "verify_ms": [1, 2]}}},
+     "threads['1'] is"),
+    ("verify_ms 0", {"threads": {"1": entry(verify_ms=[0.0, 15.0, 19.0])}},
+     "threads['1'].verify_ms[0] is 0.0"),
+    ("verify_ms negative", {"threads": {"1": entry(verify_ms=[10.0, -15.0, 19.0])}},
+     "verify_ms[1] is -15.0"),
+    ("verify_ms text", {"threads": {"1": entry(verify_ms=[10.0, "15", 19.0])}},
+     "verify_ms[1] is '15'"),
+    ("verify_ms nan", {"threads": {"1": entry(verify_ms=[NAN, 15.0, 19.0])}},
+     "verify_ms[0] is nan"),
+    ("verify_ms inf", {"threads": {"1": entry(verify_ms=[10.0, INF, 19.0])}},
+     "verify_ms[1] is inf"),
+    ("steps text", {"threads": {"1": entry(in_decode_steps=[1.0, "1.5", 1.9])}},
+     "in_decode_steps[1] is '1.5'"),
+    ("steps nan", {"threads": {"1": entry(in_decode_steps=[1.0, NAN, 1.9])}},
+     "in_decode_steps[1] is nan"),
+    ("steps zero", {"threads": {"1": entry(in_decode_steps=[1.0, 0.0, 1.9])}},
+     "in_decode_steps[1] is 0.0"),
+    ("steps rounding to 0", {"threads": {"1": entry(in_decode_steps=[1.0, 1e-4, 1.9])}},
+     "in_decode_steps[1] is 0.0001"),
+    ("steps bool", {"threads": {"1": entry(in_decode_steps=[1.0, True, 1.9])}},
+     "in_decode_steps[1] is True"),
+    ("steps first 2", {"threads": {"1": entry(in_decode_steps=[2.0, 3.0, 3.8])}},
+     "in_decode_steps[0] is 2.0"),
+    ("steps one", {"threads": {"1": entry(in_decode_steps=[1.0], verify_ms=[10.0])}},
+     "in_decode_steps is [1.0]"),
+    ("steps a text", {"threads": {"1": entry(in_decode_steps="1,2")}}, "in_decode_steps is 1,2"),
+    ("lengths differ", {"threads": {"1": entry(verify_ms=[10.0, 15.0])}}, "verify_ms 2"),
+    ("draft nan", {"threads": {"1": entry(draft_ms=NAN)}}, "draft_ms is nan"),
+    ("draft inf", {"threads": {"1": entry(draft_ms=INF)}}, "draft_ms is inf"),
+    ("draft negative", {"threads": {"1": entry(draft_ms=-2.0)}}, "draft_ms is -2.0"),
+    ("draft text", {"threads": {"1": entry(draft_ms="2")}}, "draft_ms is '2'"),
+    ("second count bad", {"threads": {"1": GOOD, "2": entry(draft_ms=NAN)}}, "threads['2']"),
+    ("dtype bf16", {"threads": {"1": GOOD}, "dtype": "bf16"}, "\"dtype\" is 'bf16'"),
+    ("dtype float64", {"threads": {"1": GOOD}, "dtype": "float64"}, "'float64'"),
+    ("dtype a number", {"threads": {"1": GOOD}, "dtype": 16}, '"dtype" is 16'),
+]
+DECODING = {          # what the drafter's decoding.json held before: None, text, or a folder
+    "none": None,
+    "a cut": '{"p_min": 0.3}',
+    "a tree": '{"tree": {"node_budget": 8, "top_k": 2}}',
+    "float32 curves": json.dumps({"cost": {"by_dtype": {"float32": {"by_threads": {
+        "1": {"verify": [1.0, 2.0], "draft": 0.1}}}}}}),
+    "dtype-free curve": '{"cost": {"verify": [1.0, 2.0], "draft": 0.1}, "trust": 0.5}',
+    "garbled": '{"p_min": 0.3',
+    "a list": "[]",
+    "unknown key": '{"pmin": 0.3}',
+    "a NaN cost": '{"cost": {"verify": [1.0, NaN], "draft": 0.1}}',
+    "a folder": ...,
+}
+BROKEN = {"garbled": "not valid JSON", "a list": "must hold a JSON object",
+          "unknown key": "'pmin'", "a NaN cost": "nan", "a folder": "is not a file"}
+FLAGS = {"none": [], "tree": ["--tree", "15,8"], "trust": ["--trust", "0.2"]}
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    """A 6-layer target and its drafter saved to a folder; ``folder(decoding)`` a fresh copy
+    whose decoding.json holds ``decoding`` (DECODING's values)."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("cost")
+    target = tiny_target(4, vocab=97, layers=6)
+    save_drafter(random_drafter(target, 4), root / "drafter")
+    count = iter(range(10**6))
+
+    def folder(decoding=None):
+        d = root / f"d{next(count)}"
+        shutil.copytree(root / "drafter", d)
+        if decoding is ...:
+            (d / "decoding.json").mkdir()
+        elif decoding is not None:
+            (d / "decoding.json").write_text(decoding)
+        return d
+    return target, root, folder
+
+
+def cost_line(argv, capsys):
+    """``budget cost`` run as the command line runs it: (None, the result) or (the one line it
+    refused with, None); a refusal must be exit status 2 and one line."""
+    from minidflash.__main__ import main
+
+    try:
+        out = main(["budget", "cost", *argv])
+    except SystemExit as e:
+        err = capsys.readouterr().err
+        lines = [x for x in err.splitlines() if "error" in x]
+        assert e.code == 2 and len(lines) == 1 and "Traceback" not in err, err
+        assert lines[0].startswith("python -m minidflash budget: error: "), err
+        return lines[0], None
+    capsys.readouterr()
+    return None, out
+
+
+@pytest.mark.parametrize("curve", list(GOOD_CURVES))
+def test_every_decoding_json_budget_cost_writes_loads(pair, tmp_path, capsys, curve):
+    """Each curve that is one, over each decoding.json a folder could hold, with each of the
+    flags cost takes: the file written loads (load_drafter) with the curves it was given, or the
+    command refused in one line naming the file, and left the folder as it was."""
+    target, _, folder = pair
+    data = GOOD_CURVES[curve]
+    (tmp_path / "c.json").write_text(json.dumps(data))
+    dtype = data.get("dtype")
+    wrote = refused = 0
+    for before, content in DECODING.items():
+        for flag, extra in FLAGS.items():
+            d = folder(content)
+            file = d / "decoding.json"
+            old = file.read_bytes() if file.is_file() else None
+            line, out = cost_line(["--from", str(tmp_path / "c.json"), "--drafter", str(d),
+                                   *extra], capsys)
+            if line is not None:                          # refused: named, nothing written
+                refused += 1
+                assert f"--drafter {d}" in line, line
+                assert (file.read_bytes() if file.is_file() else None) == old, line
+                if before in BROKEN:
+                    assert "decoding.json" in line and BROKEN[before] in line, line
+                else:
+                    assert (before, flag) == ("a cut", "tree") and "p_min 0.3" in line, line
+                continue
+            assert before not in BROKEN and (before, flag) != ("a cut", "tree"), (before, flag)
+            wrote += 1
+            loaded = load_drafter(d, target=target)
+            config, costs = decoding_of(loaded)
+            assert config.cost is True and config.tree == (
+                {"node_budget": 15, "top_k": 8} if flag == "tree" else
+                {"node_budget": 8, "top_k": 2} if before == "a tree" else None), (before, flag)
+            for t in data["threads"]:                     # the curves given, as given
+                c = costs[(dtype, int(t))]
+                assert c.verify == tuple(data["threads"][t]["in_decode_steps"])
+                assert c.trust_weight == (0.2 if flag == "trust" else 0.0)
+            if before == "float32 curves" and dtype not in ("float32", None):
+                assert ("float32", 1) in costs          # another dtype's curves stay beside
+            assert DecodingConfig.from_file(json.loads(file.read_text())) == (config, costs)
+    assert wrote >= 12 and refused == len(BROKEN) * len(FLAGS) + 1
+
+
+@pytest.mark.parametrize("name, curve, named", BAD_CURVES, ids=[c[0] for c in BAD_CURVES])
+def test_a_bad_curve_file_is_one_line_naming_file_and_field(pair, tmp_path, capsys, name, curve,
+                                                             named):
+    _, _, folder = pair
+    d = folder('{"p_min": 0.3}')
+    (tmp_path / "c.json").write_text(json.dumps(curve))
+    line, _ = cost_line(["--from", str(tmp_path / "c.json"), "--drafter", str(d)], capsys)
+    assert line is not None, name
+    assert f"--from {tmp_path / 'c.json'}" in line and named in line, line
+    assert (d / "decoding.json").read_text() == '{"p_min": 0.3}'          # nothing written
+
+
+def test_cost_refuses_every_folder_but_a_dflash_drafters(pair, tmp_path, capsys):
+    """A target's folder (named as one), an AR drafter's (its loader reads no decoding.json), a
+    folder without config.json, a missing one, a file, a broken drafter config: refused, in one
+    line naming the folder, and nothing written there."""
+    import shutil
+
+    from minidflash.paths import TINY_AR_DRAFTER_DIR, TINY_TARGET_DIR
+
+    _, _, folder = pair
+    (tmp_path / "c.json").write_text(json.dumps(GOOD_CURVES["one count"]))
+    target_copy, ar_copy = tmp_path / "target", tmp_path / "ar"
+    for src, dst in ((TINY_TARGET_DIR, target_copy), (TINY_AR_DRAFTER_DIR, ar_copy)):
+        dst.mkdir()
+        shutil.copy(src / "config.json", dst / "config.json")
+    broken = folder()
+    cfg = json.loads((broken / "config.json").read_text())
+    cfg["dflash_config"]["target_layer_ids"] = [1, 2, 99]
+    (broken / "config.json").write_text(json.dumps(cfg))
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "a file").write_text("x")
+    for d, named in [(target_copy, "Qwen3ForCausalLM"), (ar_copy, "AR drafter"),
+                     (tmp_path / "empty", "no config.json"), (tmp_path / "none", "no config.json"),
+                     (tmp_path / "a file", "no config.json"), (broken, "99")]:
+        line, _ = cost_line(["--from", str(tmp_path / "c.json"), "--drafter", str(d)], capsys)
+        assert line is not None and f"--drafter {d}" in line and named in line, line
+        assert not (d / "decoding.json").exists() if d.is_dir() else True
+
+
+def test_a_planted_missing_curve_check_goes_red(pair, tmp_path, capsys, monkeypatch):
+    """The rows have power: without ``check_curve`` an empty thread list and a zero verify time
+    raise from Python (AttributeError, ZeroDivisionError) and a NaN draft time is refused by
+    VerifyCost without the file or the field: each row above would fail."""
+    _, _, folder = pair
+    monkeypatch.setattr(budget, "check_curve", lambda curve, where: None)
+    for name, raw in (("threads []", AttributeError), ("verify_ms 0", ZeroDivisionError),
+                      ("draft nan", None)):
+        _, curve, named = next(c for c in BAD_CURVES if c[0] == name)
+        (tmp_path / "c.json").write_text(json.dumps(curve))
+        argv = ["--from", str(tmp_path / "c.json"), "--drafter", str(folder())]
+        if raw is not None:
+            with pytest.raises(raw):
+                cost_line(argv, capsys)
+        else:
+            line, _ = cost_line(argv, capsys)
+            assert named not in line and f"--from {tmp_path / 'c.json'}" not in line, line

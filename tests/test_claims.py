@@ -1,8 +1,25 @@
-"""What the course states, checked against the files it quotes: the commands it shows parse on
-today's command line, the tables that name their file render from it, and every number with a
-unit in a notebook's prose is printed by that notebook, is in a results file it reads, or is in
-docs/claims_ledger.json with its source. Each check returns what it found wrong (an empty list:
-nothing), so a test can plant a stale number, a removed flag or a wrong cell and see it reported.
+"""What the course states, checked against the files it quotes.
+
+- The commands it shows parse on today's command line.
+- A measured number is rendered, never typed: a sentence or table that states one sits in a region
+  ``<!-- numbers: module.function of FILE [and FILE] -->`` ... ``<!-- /numbers -->`` and is, word
+  for word, what that function (minidflash/tools/measure) makes of the files; the comparatives in
+  it (faster, slower, identical, a range's ends) come from the files too.
+- Strict: any number with a unit or a ratio in the prose of README.md, docs/*.md, data/README.md
+  or a notebook's markdown, outside a region, is a failure (file, line or cell, number), unless it
+  is a ledger entry (docs/claims_ledger.json: the paper's figures and hardware facts, each with its
+  table, figure or page) or stands on a page listed in RECORDS, a dated record of past runs.
+
+The rule, stated once. Prose is what is left without code blocks, code spans, HTML comments,
+regions and link targets. A number with a unit is a number followed by x or × (a ratio; followed
+by another number it is a product, 16 x 16), ms, s, tokens/s, tok/s, GB/s or %; a number after
+tau or τ; a count "N of M" or "N/M". Settings and definitions pass because their nouns are no
+unit (block size 16, 5.8M parameters, 2 cores, 128 tokens, 12 prompts), plus three short rules: a
+count of the model's or the data's own parts (the word before N or after M is layer, head,
+shard, width or depth: layer 27 of 30, 12 of 12 shards, 1/16 of the width) is a setting; a
+fraction inside $...$ is arithmetic; a tau written as a whole number is a bound, a definition
+or a formula's term (tau = 1 for plain decoding, tau = 1 + E[a]). Each check returns what it
+found (an empty list: nothing), so a test can plant a fault and see it reported.
 """
 
 from __future__ import annotations
@@ -70,8 +87,11 @@ def _parse(argv: list[str]) -> str | None:
             raise _Parsed
         return known, extra
 
-    err = io.StringIO()
+    import torch                    # a device a command names is its machine's, not its syntax:
+    err = io.StringIO()             # parse it as on a machine that has a GPU
     with (mock.patch.object(argparse.ArgumentParser, "parse_known_args", parse_then_stop),
+          mock.patch.object(torch.cuda, "is_available", lambda: True),
+          mock.patch.object(torch.cuda, "device_count", lambda: 8),
           contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO())):
         try:
             minidflash(argv)
@@ -133,136 +153,151 @@ def bad_commands(text: str) -> list[tuple[str, str]]:
 
 
 # --------------------------------------------------------------------------------------------
-# Tables that name their file: `<!-- numbers: module.function of FILE [and FILE] -->`
+# Rendered regions: `<!-- numbers: module.function of FILE [and FILE] -->` ... `<!-- /numbers -->`
 # --------------------------------------------------------------------------------------------
 
-def tables(page_text: str) -> list[tuple[str, list[str], str]]:
-    """(renderer, [file, ...], the table as written) after each ``numbers:`` comment."""
-    out = []
-    for m in re.finditer(r"<!-- numbers: ([\w.]+) of ([^>]*?)-->\n((?:\|[^\n]*\n?)+)", page_text):
-        files = re.findall(r"(?:data/results/)?([\w./]+\.json)", m.group(2))
-        out.append((m.group(1), files, m.group(3).rstrip("\n")))
-    return out
+from minidflash.tools.measure import regions  # noqa: E402
 
 
-def render_table(renderer: str, files: list[str]) -> str:
-    """The table ``renderer`` (``module.function`` in minidflash.tools.measure) makes of the
-    files: a function of results files by name, or step_profile.markdown of one file's dict."""
-    import importlib
-    module, function = renderer.rsplit(".", 1)
-    fn = getattr(importlib.import_module(f"minidflash.tools.measure.{module}"), function)
-    if renderer == "step_profile.markdown":
-        return fn(json.loads((RESULTS / files[0]).read_text()))
-    if renderer == "smollm2.speeds_markdown":               # {threads: file}
-        return fn({"1": files[0], "2": files[1]})
-    return fn(*files)
-
-
-def bad_tables(page_text: str) -> list[tuple[str, str]]:
-    """(file, the first line that differs) for each named table not what its files render."""
-    bad = []
-    for renderer, files, written in tables(page_text):
-        rendered = render_table(renderer, files)
-        if rendered != written:
-            diff = next((f"{a!r} != rendered {b!r}" for a, b in zip(written.splitlines(),
-                        rendered.splitlines()) if a != b), "rows differ in number")
-            bad.append((" and ".join(files), diff))
-    return bad
+def unclosed(text: str) -> int:
+    """How many ``numbers:`` comments open no region (no closing comment, or a bad name)."""
+    return text.count(regions.OPENED) - len(regions.regions(text))
 
 
 # --------------------------------------------------------------------------------------------
-# Numbers with a unit in a notebook's prose: printed, in a file it reads, or in the ledger
+# Strict: numbers with a unit in untagged prose
 # --------------------------------------------------------------------------------------------
 
 NUM = r"\d+(?:,\d{3})*(?:\.\d+)?"
-UNITS = {"x": r"x\b", "ms": r"ms\b", "tokens/s": r"(?:tokens|tok)/s\b", "%": "%"}
-CLAIM = re.compile(rf"(?<![\w.^{{])({NUM})(?:\s*(?:-|–|to|and|/)\s*({NUM}))?\s*"
-                   rf"({'|'.join(UNITS.values())})")
-TAU_CLAIM = re.compile(rf"(?:\\tau\$?|\btau)\s+(?:of\s+|=\s*|is\s+)?(?:about\s+)?\$?({NUM})"
-                       rf"(?:\s*(?:-|to|/)\s*({NUM}))?(?![\w.]*}})")
-KEYS = {"x": ("speedup", "over", "ratio", "_x"), "ms": ("ms",), "tokens/s": ("tokens_per_s",),
-        "%": ("",), "tau": ("tau",)}
+UNIT = r"(?:[x×](?![\w(])(?!\s*\d)|ms\b|s\b|(?:tokens|tok|GB)/s\b|%)"
+WITH_UNIT = re.compile(rf"(?<![\w.^{{/-]){NUM}(?:\s*(?:-|–|to)\s*{NUM})?\s?{UNIT}")
+TAU = re.compile(rf"(?:\btau\b|τ|\\tau)\$?\s*(?:of|=|is|:)?\s*(?:about\s+)?\$?({NUM})")
+COUNT = re.compile(r"(?<![\w.,/$])(\d+(?:,\d{3})*) of (\d+(?:,\d{3})*)(?![\w.])"
+                   r"|(?<![\w./$])(\d+)/(\d+)(?![\w./$])")
+PARTS = re.compile(r"layers?|heads?|shards?|width|depth")
+# Pages (or, where a heading is named, the section under it) that are dated records of past runs.
+RECORDS = {"docs/training_runs.md": None, "docs/smollm2.md": None, "docs/llama_cpp.md": None,
+           "data/README.md": "## The drafter for SmolLM2-135M-Instruct (`smollm2_drafter/`)"}
+DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
 
 
-def unit_of(suffix: str) -> str:
-    return next(u for u, rx in UNITS.items() if re.fullmatch(rx, suffix))
+def _blank(m) -> str:
+    return re.sub(r"[^\n]", " ", m.group(0))
 
 
-def claims(markdown: str) -> list[tuple[str, str, str]]:
-    """(number, unit, the words quoted) of every number with a unit (x, ms, tokens/s, %) or
-    after tau in a notebook's prose; code spans, links and LaTeX exponents left out."""
-    md = re.sub(r"`[^`]*`|\]\([^)]*\)|\^\{[^}]*\}", " ", markdown)
+def prose(markdown: str) -> str:
+    """The markdown with what is not prose blanked (lines kept): code blocks and spans, HTML
+    comments and the regions between ``numbers`` comments, link targets and bare URLs."""
+    md = re.sub(r"```.*?```", _blank, markdown, flags=re.S)
+    md = regions.REGION.sub(_blank, md)
+    md = re.sub(r"<!--.*?-->", _blank, md, flags=re.S)
+    md = re.sub(r"(`+).*?\1", _blank, md, flags=re.S)
+    md = re.sub(r"\]\([^)]*\)", _blank, md)
+    return re.sub(r"https?://\S+", _blank, md)
+
+
+def _setting(line: str, m) -> bool:
+    before = line[:m.start()].split()[-1:]
+    after = re.match(r"\s*(?:of\s+)?(?:(?:the|its|[\w-]+'s)\s+)?(\w+)", line[m.end():])
+    return bool(before and PARTS.fullmatch(before[0]) or after and PARTS.fullmatch(after.group(1)))
+
+
+def findings(markdown: str) -> list[tuple[int, str]]:
+    """(line, number as written) of every number with a unit in the markdown's prose."""
     out = []
-    for m in CLAIM.finditer(md):
-        out += [(n, unit_of(m.group(3)), m.group(0)) for n in m.group(1, 2) if n]
-    for m in TAU_CLAIM.finditer(md):
-        out += [(n, "tau", m.group(0)) for n in m.group(1, 2) if n]
+    for i, line in enumerate(prose(markdown).splitlines(), 1):
+        found = [(m.start(), m.group(0)) for m in WITH_UNIT.finditer(line)]
+        found += [(m.start(), m.group(0)) for m in TAU.finditer(line) if "." in m.group(1)]
+        found += [(m.start(), m.group(0)) for m in COUNT.finditer(line) if not _setting(line, m)]
+        out += [(i, " ".join(text.split())) for _, text in sorted(found)]
     return out
-
-
-def _values(o, unit: str, key: str = "", acc=None) -> list[float]:
-    """Every number in a results file under a key that fits the unit (speedup, ms, ...)."""
-    acc = [] if acc is None else acc
-    if isinstance(o, dict):
-        for k, v in o.items():
-            _values(v, unit, k if any(w in k for w in KEYS[unit]) else key, acc)
-    elif isinstance(o, list):
-        for v in o:
-            _values(v, unit, key, acc)
-    elif isinstance(o, (int, float)) and not isinstance(o, bool) and key:
-        acc.append(float(o) * (100 if unit == "%" and abs(o) <= 1 else 1))
-    return acc
-
-
-def _printed(outputs: str, unit: str) -> list[float]:
-    """Numbers a notebook printed with that unit (for tau: on a line or table saying tau)."""
-    if unit == "tau":
-        blocks = [b for b in re.split(r"\n\s*\n", outputs) if "tau" in b]
-        return [float(n.replace(",", "")) for b in blocks for n in re.findall(NUM, b)]
-    if unit == "x":          # a line of speedups: its numbers (a gap between two, "0.19 apart")
-        lines = [line for line in outputs.splitlines() if re.search(rf"{NUM}x\b", line)]
-        return [float(n.replace(",", "")) for line in lines for n in re.findall(NUM, line)]
-    return [float(m.group(1).replace(",", "")) for m in
-            re.finditer(rf"({NUM})\s*(?:{UNITS[unit]})", outputs)]
-
-
-def _matches(number: str, values) -> bool:
-    x, places = float(number.replace(",", "")), len(number.partition(".")[2])
-    return any(abs(round(v, places) - x) < 1e-9 for v in values)
-
-
-def read_files(code: list[str], outputs: str) -> list[str]:
-    """The results files a notebook reads: named in its code or in a provenance line it printed."""
-    names = set(re.findall(r"([\w]+\.json)", "\n".join(code)))
-    names |= set(re.findall(r"data/results/([\w./]+\.json)", outputs))
-    return sorted(n for n in names if (RESULTS / n).exists())
-
-
-def cited_files(markdown: str) -> list[str]:
-    """The results files a paragraph names (``smollm2_lean_*.json`` globbed)."""
-    return sorted({p.relative_to(RESULTS).as_posix() for pattern in
-                   re.findall(r"([\w*]+\.json)", markdown) for p in RESULTS.glob(pattern)})
 
 
 def ledger() -> list[dict]:
     return json.loads(LEDGER.read_text())["entries"]
 
 
-def unsourced(name: str, cells: list[str], outputs: str, files: list[str], entries=None) -> list[str]:
-    """The numbers with a unit in a notebook's markdown ``cells`` that neither its outputs, nor a
-    results file it reads or the paragraph names, nor a ledger entry for the notebook hold."""
-    entries = ledger() if entries is None else entries
-    listed = {e["claim"] for e in entries if name in e["where"]}
-    read = {f: json.loads((RESULTS / f).read_text()) for f in files}
+def _unit(text: str) -> str:
+    return ("tau" if re.search(r"tau|τ", text) else "of" if re.search(r"\d of \d|\d/\d", text)
+            else "x" if re.search(r"\d\s?[x×]", text) else text.split()[-1].lstrip("0123456789.,-–"))
+
+
+def in_ledger(where: str, text: str, entries=None) -> bool:
+    """Whether a finding in ``where`` is a ledger entry for that file (its number and unit)."""
+    numbers = re.findall(NUM, text)
+    for e in ledger() if entries is None else entries:
+        number, unit = e["claim"].rsplit(" ", 1)
+        if e["where"] == where and number in numbers and unit == _unit(text):
+            return True
+    return False
+
+
+def record_span(name: str, text: str) -> tuple[int, int] | None:
+    """The lines (first, last) a page keeps as a dated record: all of it, the section under the
+    heading RECORDS names, or None."""
+    if name not in RECORDS:
+        return None
+    lines = text.splitlines()
+    heading = RECORDS[name]
+    if heading is None:
+        return 1, len(lines)
+    start = lines.index(heading) + 1
+    level = heading.split()[0]
+    end = next((i for i in range(start, len(lines)) if re.match(rf"#{{1,{len(level)}}} ", lines[i])),
+               len(lines))
+    return start, end
+
+
+def record_heading_problems(name: str, text: str) -> list[str]:
+    """What a dated record's opening lacks: its first paragraph (after the title or the named
+    heading) must say "dated record", give a date (YYYY-MM-DD) and name a file that exists."""
+    first, _ = record_span(name, text)
+    lines = text.splitlines()[first if RECORDS[name] else 0:]
+    lines = lines[1:] if not RECORDS[name] and lines and lines[0].startswith("# ") else lines
+    para = "\n".join(lines).strip().split("\n\n")[0]
+    bad = [] if "dated record" in para.lower() else ["no 'dated record'"]
+    bad += [] if DATE.search(para) else ["no date"]
+    named = re.findall(r"`?((?:data|docs)/[\w./-]+|[\w-]+\.json)`?", para)
+    exists = [n for n in named if (ROOT / n).exists() or (RESULTS / n).exists()]
+    return bad + ([] if exists else ["no file of the record named"])
+
+
+def page_findings(page: Path, text: str | None = None) -> list[str]:
+    """'file:line: number' for each untagged number with a unit outside a record and the ledger."""
+    name = _name(page)
+    text = page.read_text() if text is None else text
+    span = record_span(name, text)
+    return [f"{name}:{line}: {number}" for line, number in findings(text)
+            if not (span and span[0] <= line <= span[1]) and not in_ledger(name, number)]
+
+
+def notebook_findings(path: Path) -> list[str]:
+    """'cell N: number' for each untagged number with a unit in a notebook's markdown."""
+    name = _name(path)
+    cells = json.loads(path.read_text())["cells"]
+    return [f"cell {k}: {number}" for k, c in enumerate(cells) if c["cell_type"] == "markdown"
+            for _, number in findings("".join(c["source"])) if not in_ledger(name, number)]
+
+
+LOCATOR = re.compile(r"(?:table|figure|page) [\w.]+")
+
+
+def ledger_problems(entries) -> list[str]:
+    """What is wrong with ledger entries: no table, figure or page; not one place; not used there."""
     bad = []
-    for cell in cells:
-        saved = [*read.values(), *(json.loads((RESULTS / f).read_text()) for f in cited_files(cell))]
-        for number, unit, quoted in claims(cell):
-            if f"{number} {unit}" in listed or _matches(number, _printed(outputs, unit)):
-                continue
-            if any(_matches(number, _values(s, unit)) for s in saved):
-                continue
-            bad.append(f"{quoted!r} ({number} {unit})")
+    for e in entries:
+        where = e.get("where")
+        if not LOCATOR.fullmatch(str(e.get("locator", ""))):
+            bad.append(f"{e['claim']} ({where}): no table, figure or page in 'locator'")
+        if not isinstance(where, str) or not (ROOT / where).exists():
+            bad.append(f"{e['claim']}: 'where' is not one file of the repository: {where!r}")
+            continue
+        text = (ROOT / where).read_text()
+        texts = ([n for _, n in findings(text)] if where.endswith(".md") else
+                 [n for c in json.loads(text)["cells"] if c["cell_type"] == "markdown"
+                  for _, n in findings("".join(c["source"]))])
+        if not any(in_ledger(where, t, [e]) for t in texts):
+            bad.append(f"{e['claim']}: no longer quoted in {where}: drop the entry")
     return bad
 
 
@@ -273,7 +308,11 @@ def unsourced(name: str, cells: list[str], outputs: str, files: list[str], entri
 import pytest  # noqa: E402
 
 RESULT_FILES = sorted(RESULTS.rglob("*.json"))
-TABLE_PAGES = [ROOT / "README.md", ROOT / "docs" / "results.md"]
+REGION_PAGES = [ROOT / "README.md", ROOT / "docs" / "results.md", ROOT / "data" / "README.md"]
+# Notebooks whose markdown still types numbers with a unit, with how many (issue 67: a notebook
+# prints its numbers from a cell that reads the file, and its markdown speaks about them without
+# retyping them; until a notebook is done it is listed here, its test an expected failure).
+NOTEBOOKS_LEFT = {}
 
 
 def _name(path: Path) -> str:
@@ -300,53 +339,118 @@ def test_every_command_a_page_shows_parses(page):
     assert not bad, f"{_name(page)} shows commands that do not parse: {bad}"
 
 
-@pytest.mark.parametrize("page", TABLE_PAGES, ids=_name)
-def test_every_table_naming_its_file_is_what_the_file_renders(page):
+@pytest.mark.parametrize("page", PAGES, ids=_name)
+def test_every_region_is_what_its_files_render(page):
     text = page.read_text()
-    assert len(tables(text)) >= 2, f"{_name(page)}: no table names its file"
-    assert text.count("<!-- numbers:") == len(tables(text)), (
-        f"{_name(page)}: a `<!-- numbers: ... -->` comment that is not `module.function of FILE "
-        "[and FILE]` right above its table")
-    bad = bad_tables(text)
-    assert not bad, f"{_name(page)}: tables not what their files render (re-render them): {bad}"
+    assert not unclosed(text), (f"{_name(page)}: a `<!-- numbers: module.function of FILE -->` "
+                                "with no `<!-- /numbers -->` after it, or a name it cannot read")
+    bad = regions.wrong(text)
+    assert not bad, (f"{_name(page)}: regions not what their files render (write them again: "
+                     f"python -m minidflash.tools.measure.regions {_name(page)}): {bad}")
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_every_number_with_a_unit_in_a_notebook_is_sourced(path):
-    cells = [("".join(c["source"])) for c in json.loads(path.read_text())["cells"]
-             if c["cell_type"] == "markdown"]
-    _, outputs, code = notebook_text(path)
-    bad = unsourced(path.name, cells, outputs, read_files(code, outputs))
-    assert not bad, (f"{path.name} quotes numbers no output prints and no results file it reads "
-                     f"holds: {bad}; print them, name the file, or add them to "
-                     f"docs/claims_ledger.json with their source")
+@pytest.mark.parametrize("page", REGION_PAGES, ids=_name)
+def test_the_pages_with_measurements_render_them(page):
+    assert len(regions.regions(page.read_text())) >= 2, f"{_name(page)}: no rendered region"
 
 
-def test_each_ledger_entry_has_a_source_and_is_quoted_where_it_says():
-    names = {p.name: p for p in NOTEBOOKS}
-    for e in ledger():
-        assert e["source"] and e["what"] and e["where"], e
-        number, unit = e["claim"].rsplit(" ", 1)
-        for where in e["where"]:
-            md = notebook_text(names[where])[0]
-            assert (number, unit) in {(n, u) for n, u, _ in claims(md)}, (
-                f"docs/claims_ledger.json: {e['claim']} is no longer quoted in {where}: drop it")
+@pytest.mark.parametrize("page", PAGES, ids=_name)
+def test_no_measured_number_is_typed_on_a_page(page):
+    bad = page_findings(page)
+    assert not bad, (f"numbers with a unit typed in prose (render them in a `<!-- numbers: -->` "
+                     f"region, say it without the number, or, for the paper's figures, a ledger "
+                     f"entry): {bad}")
+
+
+def _notebook_param(path):
+    left = NOTEBOOKS_LEFT.get(path.stem)
+    why = f"{left} numbers typed in its markdown (issue 67: the notebook's part is still to do)"
+    marks = [pytest.mark.xfail(strict=True, reason=why)] if left else []
+    return pytest.param(path, marks=marks, id=path.stem)
+
+
+@pytest.mark.parametrize("path", [_notebook_param(p) for p in NOTEBOOKS])
+def test_no_measured_number_is_typed_in_a_notebook(path):
+    bad = notebook_findings(path)
+    assert not bad, (f"{_name(path)} types numbers with a unit in its markdown: {bad}; print "
+                     f"them from a cell that reads the file, and let the markdown speak about them")
+
+
+def test_the_notebooks_left_do_not_grow():
+    """The notebooks still listed keep at most the findings they are listed with."""
+    grown = {p.stem: n for p in NOTEBOOKS
+             if (n := len(notebook_findings(p))) > NOTEBOOKS_LEFT.get(p.stem, 0)}
+    assert not grown, f"notebooks with more typed numbers than NOTEBOOKS_LEFT allows: {grown}"
+
+
+@pytest.mark.parametrize("name", RECORDS, ids=str)
+def test_each_record_says_it_is_a_dated_record(name):
+    text = (ROOT / name).read_text()
+    assert not record_heading_problems(name, text), (
+        f"{name} keeps typed numbers as a record, but its opening paragraph"
+        f"{' under ' + RECORDS[name] if RECORDS[name] else ''} does not say it is a dated record "
+        f"with its date and files: {record_heading_problems(name, text)}")
+
+
+def test_each_ledger_entry_names_its_table_or_figure_and_is_used_where_it_says():
+    assert not ledger_problems(ledger())
 
 
 # --- each check goes red on a planted fault -------------------------------------------------
 
-def test_a_stale_number_is_reported():
-    path = ROOT / "notebooks" / "11_a_real_llm_on_your_cpu.ipynb"
-    cells = [("".join(c["source"])) for c in json.loads(path.read_text())["cells"]
-             if c["cell_type"] == "markdown"]
-    _, outputs, code = notebook_text(path)
-    files = read_files(code, outputs)
-    assert not unsourced(path.name, cells, outputs, files)
-    stale = [c.replace("1.89x and 1.98x on GSM8K", "1.89x and 2.31x on GSM8K") for c in cells]
-    assert stale != cells
-    assert unsourced(path.name, stale, outputs, files) == ["'2.31x' (2.31 x)"]
-    assert unsourced(path.name, cells + ["a step of 973.1 ms, tau 9.87"], outputs, files) == [
-        "'973.1 ms' (973.1 ms)", "'tau 9.87' (9.87 tau)"]
+README = ROOT / "README.md"
+
+
+def test_a_number_retyped_in_readme_prose_is_reported():
+    text = README.read_text()
+    assert not page_findings(README, text)
+    planted = text.replace("## Quick start\n", "## Quick start\n\nDFlash runs 1.83x faster on GSM8K, "
+                                                 "at tau 2.65, on 319 of 320 answers.\n", 1)
+    line = planted.splitlines().index("DFlash runs 1.83x faster on GSM8K, at tau 2.65, on 319 of "
+                                      "320 answers.") + 1
+    assert page_findings(README, planted) == [f"README.md:{line}: 1.83x", f"README.md:{line}: tau 2.65",
+                                              f"README.md:{line}: 319 of 320"]
+    assert page_findings(README, planted.replace("1.83x faster", "`1.83x` faster")) == [
+        f"README.md:{line}: tau 2.65", f"README.md:{line}: 319 of 320"]     # code is not prose
+
+
+def test_a_rendered_comparative_contradicting_its_file_is_reported():
+    text = README.read_text()
+    assert not regions.wrong(text)
+    planted, n = re.subn(r"plain decoding is\s+faster\s+still", "plain decoding is slower", text)
+    assert n == 1
+    [(line, why)] = regions.wrong(planted)
+    assert why.startswith("prose.headline") and "'slower" in why and "'faster" in why
+    results = (ROOT / "docs" / "results.md").read_text()
+    planted, n = re.subn(r"the\s+tree\s+and\s+the\s+chain\s+tie", "the tree wins", results)
+    assert n == 1
+    [(_, why)] = regions.wrong(planted)
+    assert "fp32_tree_choice" in why
+
+
+def test_a_range_whose_span_is_wrong_is_reported():
+    text = README.read_text()
+    for wrong in ("1.17-1.93x", "1.28-1.17x"):
+        planted = text.replace("1.17-1.83x", wrong, 1)
+        assert planted != text
+        [(line, why)] = regions.wrong(planted)
+        assert wrong in why and "1.17-1.83x" in why and line == 6
+
+
+def test_a_ledger_entry_without_a_table_or_figure_is_reported():
+    entries = ledger()
+    assert entries and not ledger_problems(entries)
+    vague = dict(entries[0], locator="")
+    assert ledger_problems([vague]) == [f"{vague['claim']} ({vague['where']}): no table, figure or "
+                                        "page in 'locator'"]
+    assert "no longer quoted" in ledger_problems([dict(entries[0], claim="9.87 ms")])[0]
+
+
+def test_a_record_without_its_date_is_reported():
+    text = (ROOT / "docs" / "training_runs.md").read_text()
+    assert not record_heading_problems("docs/training_runs.md", text)
+    undated = DATE.sub("recently", text)
+    assert record_heading_problems("docs/training_runs.md", undated) == ["no date"]
 
 
 def test_a_removed_flag_is_reported():
@@ -361,9 +465,9 @@ def test_a_removed_flag_is_reported():
 
 
 def test_a_wrong_table_cell_is_reported():
-    readme = (ROOT / "README.md").read_text()
-    assert not bad_tables(readme)
-    wrong = readme.replace("| 2.65 / 2.84 |", "| 2.65 / 2.94 |")
-    assert wrong != readme
-    [(files, diff)] = bad_tables(wrong)
-    assert "smollm2_lean_1thread.json" in files and "2.94" in diff
+    text = README.read_text()
+    assert not regions.wrong(text)
+    wrong = text.replace("| 2.65 / 2.84 |", "| 2.65 / 2.94 |")
+    assert wrong != text
+    [(line, why)] = regions.wrong(wrong)
+    assert "smollm2_lean_1thread.json" in why and "2.94" in why

@@ -22,21 +22,21 @@ FOLDER, FILE = "@folder", "@file"      # stand-ins for a folder and a file that 
 
 CASES = [   # (command line, what its one line must name)
     # demo: parse-time
-    ("demo --n 0", "--n"),
+    ("demo --n 0", "--n: 0:"),
     ("demo --suites nope", "--suites nope"),
-    ("demo --block-size 0", "--block-size"),
+    ("demo --block-size 0", "--block-size: 0:"),
     ("demo --block-size x", "--block-size"),
-    ("demo --p-min 1.5", "--p-min"),
-    ("demo --p-min nan", "--p-min"),
-    ("demo --trust 1", "--trust"),
+    ("demo --p-min 1.5", "--p-min: 1.5:"),
+    ("demo --p-min nan", "--p-min: nan:"),
+    ("demo --trust 1", "--trust: 1:"),
     ("demo --tree 15", "--tree"),
     ("demo --tree 500,8", "--tree"),
     ("demo --tree 0,8", "--tree"),
-    ("demo --temperature -1", "--temperature"),
-    ("demo --temperature inf", "--temperature"),
-    ("demo --max-new-tokens 0", "--max-new-tokens"),
-    ("demo --threads 0", "--threads"),
-    ("demo --dtype fp16", "--dtype"),
+    ("demo --temperature -1", "--temperature: -1:"),
+    ("demo --temperature inf", "--temperature: inf:"),
+    ("demo --max-new-tokens 0", "--max-new-tokens: 0:"),
+    ("demo --threads 0", "--threads: 0:"),
+    ("demo --dtype fp16", "--dtype: invalid choice: 'fp16'"),
     ("demo --record-steps", "--record-steps"),
     # demo: what the loaded models refuse, before any decode
     ("demo --n 1 --block-size 99", "--block-size 99"),
@@ -54,7 +54,7 @@ CASES = [   # (command line, what its one line must name)
     ("bench --n 1 --cost", "--cost"),
     ("bench --out @folder", "--out"),
     ("bench --out @file/x.json", "--out"),
-    ("bench --split nope", "--split"),
+    ("bench --split nope", "--split: invalid choice: 'nope'"),
     ("bench --step-times --p-min 0.3", "--p-min"),
     ("bench --temperature abc", "--temperature"),
     ("bench --batch-sizes 0", "--batch-sizes"),
@@ -62,7 +62,7 @@ CASES = [   # (command line, what its one line must name)
     # misses
     ("misses --n 1 --block-size 99", "--block-size 99"),
     ("misses --out @folder", "--out"),
-    ("misses --p-min 2", "--p-min"),
+    ("misses --p-min 2", "--p-min: 2:"),
     ("misses --tree 15,8", "--tree"),
     # tau-curve
     ("tau-curve missing.pt --drafter data/drafter --suites arithmetic", "missing.pt"),
@@ -75,7 +75,7 @@ CASES = [   # (command line, what its one line must name)
     ("budget cost --trust-weight 0.5", "--trust-weight"),
     ("budget cost --tree 15 8", "--tree"),
     ("budget curve --tree 15,8", "--tree"),
-    ("budget curve --max-k 1", "--max-k"),
+    ("budget curve --max-k 1", "--max-k: 1:"),
     ("budget curve --context 0", "--context"),
     ("budget calibration --trust 0.5", "--trust"),
     ("budget calibration --n 1 --suites arithmetic --block-size 99", "--block-size 99"),
@@ -99,10 +99,10 @@ CASES = [   # (command line, what its one line must name)
     ("prompts --kind magpie --out x.jsonl --n 2 --temperature 0", "--temperature"),
     ("suites --wheels w --out @file", "--out"),
     # train: every TrainConfig field checked at parse time, before any data is made
-    ("train --steps -1", "--steps"),
+    ("train --steps -1", "--steps: -1:"),
     ("train --num-layers 0", "--num-layers"),
-    ("train --lr 0", "--lr"),
-    ("train --warmup-ratio 2", "--warmup-ratio"),
+    ("train --lr 0", "--lr: 0:"),
+    ("train --warmup-ratio 2", "--warmup-ratio: 2:"),
     ("train --block-size 1", "--block-size"),
     ("train --target-layer-ids 1,x", "--target-layer-ids"),
     ("train --gamma -1", "--gamma"),
@@ -124,7 +124,134 @@ CASES = [   # (command line, what its one line must name)
     ("step-profile --tokens 1", "--tokens"),
     ("step-profile --context 0", "--context"),
     ("bench-kernel --out @folder", "--out"),
+    # --out opened before the work: a path whose folder cannot take a file (a virtual file
+    # system: permissions say yes, to root above all), or one that is not a regular file
+    ("misses --n 1 --out /proc/minidflash.json", "--out: /proc/minidflash.json: no file can be"),
+    ("step-profile --out /proc/minidflash.json", "--out: /proc/minidflash.json"),
+    ("prompts --kind codeio --n 2 --out /proc/x.jsonl", "--out: /proc/x.jsonl"),
+    ("bench --n 1 --out /proc/minidflash.json", "--out: /proc/minidflash.json"),
+    ("tau-curve s.pt --drafter d --out /proc/x.json", "--out: /proc/x.json"),
+    ("budget curve --out /proc/x.json", "--out: /proc/x.json"),
+    ("budget calibration --out /proc/sub/x.json", "--out: /proc/sub/x.json"),
+    ("answers --out /proc/answers", "--out: /proc/answers"),
+    ("answers --out x --results /proc/r.json", "--results: /proc/r.json"),
+    ("train --out /proc/drafter", "--out: /proc/drafter"),
+    ("train-target --out /proc/target", "--out: /proc/target"),
+    ("ablations --out /proc/x.json", "--out: /proc/x.json"),
+    ("llama-cpp --out /proc/x.json", "--out: /proc/x.json"),
+    ("bench-kernel --out /proc/x.json", "--out: /proc/x.json"),
+    ("parity --reference @folder --out /proc/x.json", "--out: /proc/x.json"),
+    ("suites --wheels w --out /proc/prompts", "--out: /proc/prompts"),
+    ("misses --out @fifo", "--out: @fifo is not a regular file"),
+    ("bench --out @fifo", "--out: @fifo is not a regular file"),
+    ("step-profile --out @fifo", "--out: @fifo is not a regular file"),
+    ("prompts --kind codeio --n 2 --out @fifo", "--out: @fifo is not a regular file"),
+    # suites --wheels: a folder, or one that can be made
+    ("suites --wheels @file", "--wheels: '@file' is a file"),
+    ("suites --wheels @file/sub", "--wheels: @file/sub: @file is a file"),
+    # tau-curve: the snapshots read before any model, each named
+    ("tau-curve @garbage.pt --drafter data/drafter --suites arithmetic",
+     "snapshot @garbage.pt: torch.load cannot read it"),
+    ("tau-curve @file --drafter data/drafter --suites arithmetic", "snapshot @file:"),
+    ("tau-curve @weights.pt --drafter data/drafter --suites arithmetic",
+     "snapshot @weights.pt is not a trainer checkpoint"),
+    ("tau-curve @weights.pt --drafter data/drafter --suites arithmetic --extend --out @file",
+     "--out @file: not a tau curve"),
+    ("tau-curve @weights.pt --drafter data/drafter --extend --out @garbage.pt",
+     "@garbage.pt is not valid JSON"),
+    # budget: --device, and cost's curve files and folders
+    ("budget curve --device nope", "--device: 'nope' is not a device"),
+    ("budget curve --shape qwen3-8b --device nope", "--device: 'nope'"),
+    ("budget curve --shape qwen3-8b --device meta", "--device: 'meta'"),
+    ("budget curve --shape qwen3-8b --device cuda:99", "--device: 'cuda:99'"),
+    ("budget calibration --device cpu:x", "--device: 'cpu:x'"),
+    ("budget cost --from @threads_list --drafter @drafter", '--from @threads_list: "threads" is []'),
+    ("budget cost --from @verify_zero --drafter @drafter",
+     "--from @verify_zero: threads['1'].verify_ms[0] is 0"),
+    ("budget cost --from @steps_text --drafter @drafter",
+     "--from @steps_text: threads['1'].in_decode_steps[1] is '1.5'"),
+    ("budget cost --from @draft_nan --drafter @drafter", "--from @draft_nan: threads['1'].draft_ms is nan"),
+    ("budget cost --from @garbage.pt --drafter @drafter", "--from @garbage.pt: @garbage.pt is not valid"),
+    ("budget cost --from @curve --drafter @target", "--drafter @target: @target is not a drafter folder"),
+    ("budget cost --from @curve --drafter @ar", "--drafter @ar: @ar is an AR drafter's folder"),
+    ("budget cost --from @curve --drafter @folder", "--drafter @folder: @folder is not a drafter"),
+    ("budget cost --from @curve --drafter @cut --tree 15,8", "@cut/decoding.json holds p_min 0.3"),
+    ("budget cost --from @curve --drafter @broken", "@broken/decoding.json: draft cost must be a finite"),
+    # train: the layers read, against the target's, before any data is made
+    ("train --target-layer-ids 99", "--target-layer-ids 99: the target has 6 layers"),
+    ("train --target-layer-ids 1,2,6", "--target-layer-ids 1,2,6: the target has 6 layers"),
+    ("train --target-layer-ids 1,1,2", "--target-layer-ids: 1,1,2: names layers [1] more than once"),
+    ("train --target-layer-ids 0,7,1", "--target-layer-ids 0,7,1: the target has 6 layers"),
+    # ablations, answers
+    ("ablations --only nothing_matches", "--only nothing_matches: no variant's name"),
+    ("ablations --only layer nope", "--only nope: no variant's name"),
+    ("ablations --only", "--only (nothing)"),
+    ("ablations --out @garbage.pt", "--out @garbage.pt: @garbage.pt is not valid JSON"),
+    ("ablations --out @file", "--out @file: not an ablations file"),
+    ("answers --out x --coverage -1", "--coverage: -1: give 1 or more"),
+    ("answers --out x --coverage 0", "--coverage: 0: give 1 or more"),
+    ("answers --out x --coverage abc", "--coverage: 'abc' is not a whole number"),
+    ("answers --out x --layer-ids 1,x", "--layer-ids: '1,x'"),
+    ("answers --out x --layer-ids 1,1", "--layer-ids: '1,1'"),
+    ("answers --out x --prompts /nonexistent.jsonl", "--prompts: /nonexistent.jsonl: no such file"),
+    ("answers --out x --prompts @folder", "--prompts: @folder: no such file (a folder)"),
+    ("train --init-drafter /nonexistent/drafter", "--init-drafter /nonexistent/drafter: No such"),
+    ("train --init-drafter @file", "--init-drafter @file: '@file' is a file"),
+    ("llama-cpp --gguf-dir @file", "--gguf-dir: '@file' is a file"),
+    ("llama-cpp --gguf-dir /proc/gguf", "--gguf-dir: /proc/gguf: no file can be created"),
+    ("bench --methods nope --n 1", "--methods nope: unknown method 'nope'"),
+    ("bench --methods dflash:x --n 1", "--methods dflash:x: 'dflash:x' is not a decoding"),
 ]
+
+CURVE = {"in_decode_steps": [1.0, 1.5], "verify_ms": [10.0, 15.0], "draft_ms": 2.0}
+FILES = {   # stand-ins for files that exist (tmp_path), longest name first when replaced
+    "@threads_list": {"threads": []},
+    "@verify_zero": {"threads": {"1": {**CURVE, "verify_ms": [0.0, 15.0]}}},
+    "@steps_text": {"threads": {"1": {**CURVE, "in_decode_steps": [1.0, "1.5"]}}},
+    "@draft_nan": {"threads": {"1": {**CURVE, "draft_ms": float("nan")}}},
+    "@curve": {"threads": {"1": CURVE}},
+}
+
+
+def stand_ins(tmp_path) -> dict:
+    """{stand-in: the path it stands for}: a folder, files, a garbage .pt, a dict of weights
+    saved as a .pt, a pipe, curve files, and copies of the shipped drafter (one whose
+    decoding.json holds a cut, one whose holds a NaN cost), target and AR drafter folders."""
+    import json
+    import os
+    import shutil
+
+    import torch
+
+    from minidflash.paths import TINY_AR_DRAFTER_DIR, TINY_DRAFTER_DIR, TINY_TARGET_DIR
+
+    (tmp_path / "f").write_text("{}")
+    (tmp_path / "g.pt").write_bytes(bytes(range(256)) * 3)
+    torch.save({"weights": torch.zeros(1)}, tmp_path / "w.pt")
+    os.mkfifo(tmp_path / "fifo")
+    out = {FOLDER: tmp_path, FILE: tmp_path / "f", "@garbage.pt": tmp_path / "g.pt",
+           "@weights.pt": tmp_path / "w.pt", "@fifo": tmp_path / "fifo"}
+    for name, content in FILES.items():
+        out[name] = tmp_path / f"{name[1:]}.json"
+        out[name].write_text(json.dumps(content))
+    for name, src, decoding in (("@drafter", TINY_DRAFTER_DIR, None),
+                                ("@cut", TINY_DRAFTER_DIR, '{"p_min": 0.3}'),
+                                ("@broken", TINY_DRAFTER_DIR,
+                                 '{"cost": {"verify": [1.0, 2.0], "draft": NaN}}'),
+                                ("@target", TINY_TARGET_DIR, None),
+                                ("@ar", TINY_AR_DRAFTER_DIR, None)):
+        out[name] = tmp_path / name[1:]
+        out[name].mkdir()
+        shutil.copy(src / "config.json", out[name] / "config.json")
+        if decoding:
+            (out[name] / "decoding.json").write_text(decoding)
+    return out
+
+
+def swap(text: str, paths: dict) -> str:
+    for name in sorted(paths, key=len, reverse=True):
+        text = text.replace(name, str(paths[name]))
+    return text
 
 
 def one_line(err: str) -> list[str]:
@@ -139,10 +266,11 @@ def one_line(err: str) -> list[str]:
 
 @pytest.mark.parametrize("line, named", CASES, ids=[c[0] for c in CASES])
 def test_a_wrong_value_is_one_line_naming_the_flag(line, named, tmp_path, capsys, monkeypatch):
+    """The one line names the flag, and the bad value or file where there is one."""
     monkeypatch.chdir(ROOT)
-    (tmp_path / "f").write_text("{}")
-    argv = [w.replace(FOLDER, str(tmp_path)).replace(FILE, str(tmp_path / "f"))
-            for w in line.split()]
+    paths = stand_ins(tmp_path)
+    argv = [swap(w, paths) for w in line.split()]
+    before = sorted(p.name for p in tmp_path.rglob("*"))
     with pytest.raises(SystemExit) as e:
         main(argv)
     err = capsys.readouterr().err
@@ -151,11 +279,12 @@ def test_a_wrong_value_is_one_line_naming_the_flag(line, named, tmp_path, capsys
     rest = one_line(err)
     assert len(rest) == 1, err
     assert rest[0].startswith(f"python -m minidflash {argv[0]}: error: "), err
-    assert named.replace(FOLDER, str(tmp_path)) in rest[0], err
+    assert swap(named, paths) in rest[0], err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before      # nothing written
 
 
 def test_enough_command_lines_are_tried_across_the_commands():
-    assert len(CASES) >= 50
+    assert len(CASES) >= 155 and len({c[0] for c in CASES}) == len(CASES)
     decoding = {"demo", "bench", "misses", "tau-curve", "budget", "llama-cpp", "parity", "answers",
                 "eval-target"}
     assert decoding <= {line.split()[0] for line, _ in CASES}

@@ -107,7 +107,7 @@ def test_a_save_that_fails_half_way_leaves_the_old_drafter(tmp_path, drafters, m
         real = Path.write_text
 
         def write_text_(self, text, *args, **kwargs):
-            if self.name.startswith(f".{fails}."):
+            if self.name == fails and self.parent.name == "new":     # the save's new file
                 return half_then_fail(real)(self, text, *args, **kwargs)
             return real(self, text, *args, **kwargs)
         monkeypatch.setattr(Path, "write_text", write_text_)
@@ -122,29 +122,102 @@ def test_a_save_that_fails_half_way_leaves_the_old_drafter(tmp_path, drafters, m
     assert same_weights(back, old) and back.draft_vocab.tolist() == [4, 5, 6]
 
 
-def test_a_save_killed_between_renames_fails_loudly_on_load(tmp_path, drafters, monkeypatch):
-    """config.json is removed before the renames and put back last: a save killed within them
-    leaves a folder load_drafter refuses, never the old config read with the new weights."""
+@pytest.mark.parametrize("cut_at", [1, 2, 3, 4])
+def test_a_save_cut_between_its_renames_is_undone(tmp_path, drafters, monkeypatch, cut_at):
+    """A rename into the folder that fails (the cut_at-th: config.json aside, the weights aside,
+    the new weights in, the new config in) or is interrupted (Ctrl-C) puts back what the renames
+    before it moved: the old drafter, byte for byte, and nothing hidden left."""
     old, new = drafters
     folder = tmp_path / "d"
     save_drafter(old, folder)
+    (folder / "notes.txt").write_text("kept\n")
+    before = snapshot(folder)
     real, calls = os.replace, []
 
-    def dies_after_the_first_rename(src, dst):
-        calls.append(dst)
-        if len(calls) > 1:
-            raise KeyboardInterrupt                       # as far as the folder can tell, a kill
+    def cut(src, dst):
+        if Path(dst).name != files.JOURNAL:                # the renames of the files themselves
+            calls.append((Path(src).name, Path(dst).name))
+            if len(calls) == cut_at:
+                raise KeyboardInterrupt if cut_at % 2 else OSError(5, "Input/output error")
         real(src, dst)
-    monkeypatch.setattr(files.os, "replace", dies_after_the_first_rename)
-    with pytest.raises(KeyboardInterrupt):
+    monkeypatch.setattr(files.os, "replace", cut)
+    with pytest.raises((KeyboardInterrupt, OSError)):
         save_drafter(new, folder)
     monkeypatch.undo()
-    assert Path(calls[0]).name == "model.safetensors" and not (folder / "config.json").exists()
-    with pytest.raises(FileNotFoundError, match="no config.json"):
-        load_drafter(folder)
-    assert not temporaries(folder)
-    save_drafter(new, folder)                           # saving again mends it
-    assert same_weights(load_drafter(folder), new)
+    assert calls[0] == ("config.json", "config.json")      # config.json goes aside first
+    assert snapshot(folder) == before
+    assert same_weights(load_drafter(folder), old)
+    save_drafter(new, folder)
+    assert same_weights(load_drafter(folder), new) and not hidden(folder)
+
+
+def hidden(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
+
+
+@pytest.mark.parametrize("side", [DECODING_FILE, DRAFT_VOCAB_FILE, "model.safetensors"])
+def test_a_folder_where_a_saved_file_goes_is_refused_before_anything_is_written(tmp_path,
+                                                                               drafters, side):
+    """The issue's case: a decoding.json (draft_vocab.json, ...) that is a folder made a rename
+    fail half-way. It is refused before anything is written, naming it; the folder, the
+    drafter in it and the folder's files are as they were."""
+    old, new = drafters
+    folder = tmp_path / "d"
+    save_drafter(old, folder)
+    (folder / side).unlink(missing_ok=True)
+    (folder / side / "inside").mkdir(parents=True)
+    (folder / side / "inside" / "x.txt").write_text("mine")
+    before = snapshot(folder)
+    new.set_draft_vocab([7, 8])
+    set_decoding(new, DecodingConfig(p_min=0.25))
+    try:
+        with pytest.raises(IsADirectoryError, match=f"{side} is a folder"):
+            save_drafter(new, folder)
+    finally:
+        new.set_draft_vocab(None)
+        set_decoding(new, None)
+    assert snapshot(folder) == before and not hidden(folder)
+    if side != "model.safetensors":
+        assert same_weights(load_drafter(folder), old)
+
+
+def test_a_folder_named_like_a_side_file_the_new_drafter_has_not_is_left_alone(tmp_path,
+                                                                              drafters):
+    """A stale draft_vocab.json is removed by a save without one; a folder of that name is not
+    the save's to remove (and the loader does not read it)."""
+    old, new = drafters
+    folder = tmp_path / "d"
+    (folder / DRAFT_VOCAB_FILE).mkdir(parents=True)
+    (folder / DRAFT_VOCAB_FILE / "x.txt").write_text("mine")
+    save_drafter(new, folder)
+    assert (folder / DRAFT_VOCAB_FILE / "x.txt").read_text() == "mine" and not hidden(folder)
+    back = load_drafter(folder)
+    assert same_weights(back, new) and back.draft_vocab is None
+
+
+def test_recover_leaves_what_is_not_a_cut_save_alone(tmp_path):
+    """recover() is called first by every loader: a hub id, a missing folder, a file, a folder
+    without a journal, something that is no path at all: nothing done, nothing said. A journal
+    it cannot read is refused, naming it."""
+    (tmp_path / "a.txt").write_text("x")
+    for thing in ("z-lab/Qwen3-8B-DFlash-b16", tmp_path / "missing", tmp_path / "a.txt",
+                  tmp_path, 3, None, "~nobody-at-all/x"):
+        assert files.recover(thing) is None
+    assert snapshot(tmp_path) == {"a.txt": b"x"}
+    (tmp_path / ".minidflash-save.json.0a1b.tmp").write_text("{")  # a cut journal write
+    (tmp_path / ".minidflash-save.0a1b" / "new").mkdir(parents=True)   # staging, no journal
+    (tmp_path / ".minidflash-save.0a1b" / "new" / "config.json").write_text("{}")
+    (tmp_path / ".minidflash-save.2c3d" / "old").mkdir(parents=True)   # with an old file in it
+    (tmp_path / ".minidflash-save.2c3d" / "old" / "config.json").write_text("old")
+    with pytest.warns(files.InterruptedSave, match=r"\.minidflash-save\.2c3d .*old files"):
+        files.recover(tmp_path)
+    assert sorted(snapshot(tmp_path)) == [".minidflash-save.2c3d/old/config.json", "a.txt"]
+    shutil.rmtree(tmp_path / ".minidflash-save.2c3d")
+    (tmp_path / files.JOURNAL).write_text('{"id": "../x", "state": "renaming", "ops": []}')
+    with pytest.raises(ValueError, match=r"\.minidflash-save\.json is not a save journal"):
+        files.recover(tmp_path)
+    with pytest.raises(ValueError, match="not a save journal"):
+        load_drafter(tmp_path)
 
 
 KILLED_WRITER = """
@@ -160,9 +233,11 @@ write_together(sys.argv[1], {"model.safetensors": slow, "config.json": lambda t:
 
 
 def test_a_save_killed_by_sigkill_leaves_the_old_drafter(tmp_path, drafters):
-    """A real kill (SIGKILL, nothing can clean up) while the weights are written: the old files
-    are whole and load as the old drafter; the hidden temporary left behind is never read, and
-    the next save removes it. (The child imports files.py only: no torch, well under a second.)"""
+    """A real kill (SIGKILL, nothing can clean up) of a slow writer while the weights are
+    written (the real save_drafter killed at 50 random moments: tests/test_save_cuts.py): the old
+    files are whole; what is left is hidden (the journal, the staging folder), and load_drafter
+    removes it, says so and loads the old drafter. (The child imports files.py only: no torch,
+    well under a second.)"""
     old, new = drafters
     folder = tmp_path / "d"
     save_drafter(old, folder)
@@ -171,16 +246,19 @@ def test_a_save_killed_by_sigkill_leaves_the_old_drafter(tmp_path, drafters):
                              cwd=Path(__file__).resolve().parent.parent)
     try:
         deadline = time.time() + 30
-        while not any(p.stat().st_size >= 100_000 for p in folder.glob(".model.safetensors.*")):
+        while not any(p.stat().st_size >= 100_000
+                      for p in folder.glob(".minidflash-save.*/new/model.safetensors")):
             assert child.poll() is None and time.time() < deadline, "the writer never started"
             time.sleep(0.02)
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait()
-    left = [k for k in snapshot(folder) if k not in before]
-    assert len(left) == 1 and left[0].startswith(".model.safetensors.") and left[0].endswith(".tmp")
+    staging = [p for p in folder.iterdir() if p.is_dir() and p.name.startswith(".minidflash-save.")]
+    assert len(staging) == 1 and hidden(folder) == sorted([files.JOURNAL, staging[0].name])
     assert {k: v for k, v in snapshot(folder).items() if k in before} == before
-    assert same_weights(load_drafter(folder), old)
+    with pytest.warns(files.InterruptedSave, match="cut while writing its new files"):
+        back = load_drafter(folder)
+    assert same_weights(back, old) and snapshot(folder) == before
     save_drafter(new, folder)
     assert set(snapshot(folder)) == set(before) and same_weights(load_drafter(folder), new)
 
@@ -277,9 +355,27 @@ def test_save_into_moves_a_saved_folder_in_file_by_file(tmp_path, monkeypatch):
         (tmp / "model.safetensors").write_bytes(b"w")
         (tmp / "tokenizer.json").write_text("{}")
     monkeypatch.setattr(files.os, "replace",
-                        lambda src, dst: (order.append(Path(dst).name), real(src, dst)))
+                        lambda src, dst: (order.append(Path(dst).relative_to(tmp_path / "t")),
+                                          real(src, dst)))
     save_into(tmp_path / "t", save)
     monkeypatch.undo()
-    assert order[-1] == "config.json" and len(order) == 3
+    into = [str(p) for p in order if not str(p).startswith(".")]   # not the journal, staging
+    assert into[-1] == "config.json" and len(into) == 3
     assert snapshot(tmp_path / "t") == {"config.json": b'{"a": 1}', "eval.json": b"{}",
                                         "model.safetensors": b"w", "tokenizer.json": b"{}"}
+
+
+def test_a_save_to_the_empty_path_is_refused_and_tilde_is_expanded(tmp_path, monkeypatch):
+    """'' would write into the current folder: refused, naming it; '~/x' lands in $HOME/x, with
+    no literal './~' made."""
+    from minidflash.checkpoints import load_drafter, save_drafter
+    target = tiny_target(1, layers=6)
+    d = random_drafter(target, 1)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r"empty path ''"):
+        save_drafter(d, "")
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    save_drafter(d, "~/x")
+    assert (tmp_path / "home" / "x" / "config.json").is_file() and not (tmp_path / "~").exists()
+    assert load_drafter("~/x", target=target).block_size == d.block_size

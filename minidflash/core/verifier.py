@@ -70,7 +70,9 @@ class Draft:
         return inputs if mask is None else {**inputs, "attention_mask": mask}
 
     def walk(self, logits: torch.Tensor, final, pick) -> Outcome:
-        """Accept the longest agreeing prefix of every row (at most its ``lengths``)."""
+        """Accept the longest agreeing prefix of every row (at most its ``lengths``). At T > 0,
+        with a one-hot draft, this is speculative sampling exactly: d_j is accepted with
+        probability p(d_j), and after a rejection y_{j-1} ~ p without d_j, renormalised."""
         y = pick(logits, final)                                                # (N, W)
         a = accepted_lengths(self.ids, y)                                      # (N,)
         if self.lengths is not None:

@@ -287,6 +287,37 @@ def at_least(low: int, what: str = ""):
     return number
 
 
+def a_file(text: str) -> str:
+    """An argparse type: a file to read, that is there (a folder or a missing path refused)."""
+    path = Path(text).expanduser()
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text}: no such file" + (" (a folder)" if path.is_dir()
+                                                                      else ""))
+    return str(path)
+
+
+def layer_ids(text: str) -> list[int]:
+    """An argparse type: target layer ids as 1,2,3, whole numbers >= 0, each once."""
+    try:
+        ids = [int(i) for i in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: layer ids are whole numbers, e.g. 1,2,3") \
+            from None
+    if any(i < 0 for i in ids) or len(set(ids)) < len(ids):
+        raise argparse.ArgumentTypeError(f"{text!r}: layer ids are whole numbers >= 0, each "
+                                         f"once, e.g. 1,2,3")
+    return ids
+
+
+def layers_within(ids: list[int] | None, layers: int, flag: str = "--layer-ids"):
+    """``ids`` (None passes) when each is a layer of a target with ``layers`` layers; else a
+    ValueError naming ``flag`` and the ids (the command line's one line)."""
+    if ids is not None and max(ids) >= layers:
+        raise ValueError(f"{flag} {','.join(map(str, ids))}: the target has {layers} layers "
+                         f"(ids 0..{layers - 1})")
+    return ids
+
+
 def positive(text: str) -> float:
     """An argparse type: a finite number above 0 (a learning rate)."""
     try:
@@ -299,14 +330,31 @@ def positive(text: str) -> float:
 
 
 def _writable(path: Path, kind: str) -> str:
-    """A path a command can write its ``kind`` to, checked before the run; else ArgumentTypeError."""
+    """A path a command can write its ``kind`` to, checked before the run; else ArgumentTypeError.
+    The folder it would be written in (or the nearest one of it that exists) is tried for real:
+    a hidden file is created and removed there, as the atomic write will (``files.py``), since
+    permissions alone do not show a virtual or read-only file system (nor anything to root)."""
     parent = next((q for q in [path, *path.parents] if q.exists()), Path("."))
     if parent != path and not parent.is_dir():
         raise argparse.ArgumentTypeError(f"{path}: {parent} is a file, so nothing can be written "
                                          f"under it; name a {kind} in a folder")
-    if not os.access(parent if parent.is_dir() else parent.parent, os.W_OK):
-        raise argparse.ArgumentTypeError(f"{path}: {parent} is not writable here; name a {kind} "
+    if parent == path and not (path.is_file() or path.is_dir()):
+        raise argparse.ArgumentTypeError(f"{path} is not a regular {kind} (a device, a pipe or "
+                                         f"a socket), which a save would replace; name a {kind} "
+                                         f"in a folder")
+    folder = parent if parent.is_dir() else parent.parent
+    if not os.access(folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{path}: {folder} is not writable here; name a {kind} "
                                          f"in a folder you can write")
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".minidflash-probe.", suffix=".tmp")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"{path}: no file can be created in {folder} "
+                                         f"([Errno {e.errno}] {e.strerror}: a virtual or "
+                                         f"read-only file system?); name a {kind} in a folder "
+                                         f"you can write") from None
     return str(path)
 
 
@@ -327,6 +375,18 @@ def out_dir(text: str) -> str:
     if not text or path.is_file():
         raise argparse.ArgumentTypeError(f"{text!r} is a file: name a folder")
     return _writable(path, "folder")
+
+
+def telling(error):
+    """``error`` (an ArgumentParser's: usage, ``prog: error: message``, exit status 2) whose
+    SystemExit also reads as the message, for a caller that catches it (a test) to see why."""
+    def refuse(message: str):
+        try:
+            error(message)
+        except SystemExit as e:
+            e.args = (message,)             # the exit status stays 2
+            raise
+    return refuse
 
 
 def or_error(error, flag: str, load, *args, **kwargs):

@@ -46,7 +46,8 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from ...files import write_json, write_with
-from ..common import add_dtype, add_threads, at_least, count, out_dir, out_file, resolved_dtype
+from ..common import (a_file, add_dtype, add_threads, at_least, count, layer_ids, layers_within,
+                      out_dir, out_file, resolved_dtype)
 from ..flags import add_flags
 from ..engines.llama_cpp_binaries import llama_server, server_answer
 
@@ -228,7 +229,7 @@ def arguments(argv=None) -> argparse.Namespace:
                    help="hub id or folder (default HuggingFaceTB/SmolLM2-135M-Instruct)")
     p.add_argument("--out", type=out_dir, required=True,
                    help="the folder of shards (e.g. data/smollm2_answers)")
-    p.add_argument("--prompts", nargs="+", default=None, metavar="FILE",
+    p.add_argument("--prompts", type=a_file, nargs="+", default=None, metavar="FILE",
                    help="answer the prompts of these JSON-lines files (``prompts`` makes them) "
                         "instead of the builder's kinds (whose counts then default to 0)")
     for kind, n in (("math", 3000), ("code", 1500), ("prose", 1500)):
@@ -269,13 +270,12 @@ def arguments(argv=None) -> argparse.Namespace:
     p.add_argument("--parallel", type=count, default=8, help="llama-server's slots (default 8)")
     add_threads(p, what="torch threads, and llama-server's with --engine llama-cpp")
     p.add_argument("--regen-batch", type=count, default=64, help="torch: a batch (default 64)")
-    p.add_argument("--target-gguf", default=None,
-                   help="llama-cpp: the target's GGUF (default: the offline source's)")
+    p.add_argument("--target-gguf", help="llama-cpp: the target's GGUF (default: the offline source's)")
     p.add_argument("--no-repack", action="store_true", help="llama-cpp: llama.cpp's -nr")
     p.add_argument("--check", type=at_least(0), default=0,
                    help="after making, feed the first N answers to the fp32 torch target and "
                         "report how often it picks the same next token")
-    p.add_argument("--layer-ids", type=lambda x: [int(i) for i in x.split(",")], default=None,
+    p.add_argument("--layer-ids", type=layer_ids, default=None,
                    help="the layers whose features torch-features and --time-features take "
                         "(default: a 1-layer drafter's three, drafter.default_target_layer_ids)")
     p.add_argument("--time-features", action="store_true",
@@ -283,7 +283,7 @@ def arguments(argv=None) -> argparse.Namespace:
                         "made: over the last shard there) and report text + features end to end")
     add_dtype(p, "--feature-dtype", default="float32", what="--time-features: the dtype of the "
               "pass (bfloat16 also reports how far its features are from fp32's)")
-    p.add_argument("--coverage", type=int, nargs="*", default=None, metavar="K",
+    p.add_argument("--coverage", type=at_least(1), nargs="*", default=None, metavar="K",
                    help="report the share of answer tokens the K most frequent cover (a draft "
                         "vocabulary; default K 4096 8192 16384), counted on all shards but the "
                         "last and measured on them and on the last")
@@ -466,8 +466,8 @@ def main(argv=None) -> dict:
     if args.prompts:
         prompts += file_prompts(args.prompts)
     target, tokenizer = load_target(args.target, dtype=torch.float32)   # features: fp32
-    if args.layer_ids is None:
-        args.layer_ids = default_target_layer_ids(target.config.num_hidden_layers, 3)
+    layers = target.config.num_hidden_layers                          # --layer-ids inside them
+    args.layer_ids = layers_within(args.layer_ids, layers) or default_target_layer_ids(layers, 3)
     for dtype in ("dtype", "feature_dtype"):                          # auto: bf16 or fp32 here
         setattr(args, dtype, resolved_dtype(getattr(args, dtype), target))
     wanted = args.shards if args.make_shards is None else args.make_shards

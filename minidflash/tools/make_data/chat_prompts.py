@@ -61,7 +61,7 @@ from pathlib import Path
 
 from ...hub import user_cache_dir
 from . import corpus
-from ..common import write_jsonl
+from ..common import at_least, out_file, write_jsonl
 from .function_tasks import render_task
 from .suites import HUMANEVAL_TEMPLATE, MATH_SUFFIX
 from .word_problems import CHAINS, FIRST_NAMES, STORIES, WIDE, load, word_problem
@@ -396,10 +396,10 @@ def main(argv=None) -> None:
 
     ap = argparse.ArgumentParser(prog="python -m minidflash.tools.make_data.chat_prompts",
                                  description="Write the chat training prompts as JSONL.")
-    ap.add_argument("--out", required=True, help="the JSON-lines file to write")
-    ap.add_argument("--n-math", type=int, default=2000)
-    ap.add_argument("--n-code", type=int, default=1500)
-    ap.add_argument("--n-prose", type=int, default=1500)
+    ap.add_argument("--out", type=out_file, required=True, help="the JSON-lines file to write")
+    ap.add_argument("--n-math", type=at_least(0), default=2000)
+    ap.add_argument("--n-code", type=at_least(0), default=1500)
+    ap.add_argument("--n-prose", type=at_least(0), default=1500)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--prose-source", choices=["texts", "docstrings"], default="texts")
     a = ap.parse_args(argv)

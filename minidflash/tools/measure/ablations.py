@@ -25,9 +25,9 @@ from pathlib import Path
 import torch
 
 from ...paths import CACHE_DIR, PROMPTS_DIR
-from ...target import load_target
+from ...target import load_target, read_json
 from ...trainer import TrainConfig, train
-from ..common import add_load, add_threads, count, out_file, positive, read_jsonl, write
+from ..common import add_load, add_threads, count, or_error, out_file, positive, read_jsonl, write
 from .bench import run_suite, warm_up
 from ..train.train_drafter import tiny_training_data
 
@@ -60,9 +60,21 @@ def main(argv=None):
                      "distort the speedups")
     add_load(p)
     a = p.parse_args(argv)
+    if a.only is not None:
+        nothing = [s for s in a.only if not any(s in name for name in VARIANTS)]
+        if nothing or not a.only:
+            p.error(f"--only {' '.join(nothing) or '(nothing)'}: no variant's name contains "
+                    f"{'it' if len(nothing) < 2 else 'them'}; the variants are "
+                    f"{'; '.join(VARIANTS)}")
     torch.set_num_threads(a.threads)
     out = Path(a.out)
-    results = json.loads(out.read_text()) if out.exists() else {"steps": a.steps, "batch_size": a.batch_size, "lr": a.lr, "n": a.n, "variants": {}}
+    results = (or_error(p.error, f"--out {a.out}", read_json, out, "the ablations' results (this "
+                        "command's --out), which a run adds to")
+               if out.exists() else {"steps": a.steps, "batch_size": a.batch_size, "lr": a.lr,
+                                     "n": a.n, "variants": {}})
+    if not isinstance(results, dict) or not isinstance(results.get("variants"), dict):
+        p.error(f"--out {a.out}: not an ablations file (no \"variants\"), and a run adds to the "
+                f"one there: name another file")
     command = "python -m minidflash ablations " + " ".join(sys.argv[1:] if argv is None else argv)
     target, tokenizer = load_target()
     base = TrainConfig(steps=a.steps, eval_every=a.steps, batch_size=a.batch_size, lr=a.lr)

@@ -257,6 +257,9 @@ def main(argv=None) -> dict:
                 f"--step-times or --batch-sizes; run a benchmark once per count")
     if not (a.step_times or a.draft_cost):          # the runs that read the suites' prompts
         check_suites(p.error, a.suites, a.n, a.split)
+    for spec in a.methods or ():                    # each method's text, before any load
+        from . import methods as m
+        or_error(p.error, f"--methods {spec}", m.parse, spec)
     torch.set_num_threads(a.threads[0])
     torch.manual_seed(0)
     target, tokenizer = or_error(p.error, f"--target {a.target}", load_target, a.target,

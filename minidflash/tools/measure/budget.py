@@ -20,7 +20,10 @@ every drafted token the target checks is paid for. Two measurements size the bud
   ``decoding.json`` (one curve per thread count, under the curve's dtype beside the curves of
   other dtypes) as its default cost model (verify_cost.py;
   ``--trust W``: with the running correction of q; ``--tree N,K``: a tree of the N best
-  nodes over the per-slot top K verified by default, sized by that curve).
+  nodes over the per-slot top K verified by default, sized by that curve). The curve file is
+  checked first (``check_curve``: one line naming the file and the field), and only a
+  ``decoding.json`` that ``load_drafter`` reads back is written, only into a DFlash drafter's
+  folder (a target's or an AR drafter's is refused, named).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -38,9 +42,9 @@ from ...decoding import crop_cache, lean_of, target_pass
 from ...checkpoints import load_drafter
 from ...files import save_figure, write_json
 from ...decoding_config import DecodingConfig, check_tree
-from ...target import chat_ids, load_target, stop_ids
+from ...target import chat_ids, drafter_config, load_target, read_json, stop_ids
 from ...verifier import speculative_generate
-from ...verify_cost import VerifyCost, costs_from_dict, costs_to_dict
+from ...verify_cost import VerifyCost, finite_number
 from .. import common
 from ..common import (add_dtype, add_load, add_threads, at_least, check_decoding, check_suites,
                       count, median_ms, or_error, out_file, take_turns, write)
@@ -57,6 +61,23 @@ QWEN3_8B = dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, nu
                 rope_theta=1e6, max_position_embeddings=40960, tie_word_embeddings=False)
 SHAPES = {"qwen3-8b": (QWEN3_8B, dict(num_hidden_layers=5, target_layer_ids=[1, 9, 17, 25, 33],
                                       block_size=16, mask_token_id=151669))}
+
+
+def device_name(text: str) -> str:
+    """An argparse type: a device torch names and this machine has (cpu, cuda[:N], mps)."""
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device: cpu, cuda, cuda:N or mps") \
+            from None
+    have = {"cpu": True, "cuda": torch.cuda.is_available(),
+            "mps": torch.backends.mps.is_available()}
+    if device.type not in have:
+        raise argparse.ArgumentTypeError(f"{text!r}: time on cpu, cuda, cuda:N or mps")
+    if not have[device.type] or (device.type == "cuda" and device.index is not None
+                                  and device.index >= torch.cuda.device_count()):
+        raise argparse.ArgumentTypeError(f"{text!r}: this machine has no such device")
+    return text
 
 
 def random_pair(shape, device: str, dtype: torch.dtype):
@@ -119,6 +140,55 @@ def curve_by_threads(target, drafter, threads, rounds: int = 3, **kw) -> dict:
     return out
 
 
+CURVE_DTYPES = ("float32", "bfloat16", "float16")     # what a drafter's decoding.json can name
+
+
+def check_curve(curve, where) -> None:
+    """A saved curve (``curve --out``) as ``cost`` reads it, or one ValueError naming ``where``
+    (the file) and the field: {"threads": {"1": {"in_decode_steps": [1.0, ...], "verify_ms":
+    [...], "draft_ms": x}, ...}, "dtype": one of CURVE_DTYPES or absent}; thread counts whole
+    numbers >= 1, times finite and above 0 (a draft >= 0), t(1)/t(1) = 1."""
+    fix = f"measure one with `python -m minidflash budget curve --out {where}`"
+    if not isinstance(curve, dict) or "threads" not in curve:
+        raise ValueError(f"{where}: not a verify curve (no \"threads\", got "
+                         f"{type(curve).__name__}); {fix}.")
+    threads = curve["threads"]
+    if not isinstance(threads, dict) or not threads:
+        raise ValueError(f"{where}: \"threads\" is {threads!r}, and a curve maps thread counts "
+                         f"to measurements, {{\"1\": {{\"in_decode_steps\": [...], "
+                         f"\"verify_ms\": [...], \"draft_ms\": x}}}}; {fix}.")
+    dtype = curve.get("dtype")
+    if dtype is not None and dtype not in CURVE_DTYPES:
+        raise ValueError(f"{where}: \"dtype\" is {dtype!r}; a curve is measured in one of "
+                         f"{', '.join(CURVE_DTYPES)} (or names none).")
+    for t, c in threads.items():
+        at = f"{where}: threads[{t!r}]"
+        if not (t.isascii() and t.isdigit() and int(t) >= 1):
+            raise ValueError(f"{where}: thread count {t!r} is not a whole number >= 1.")
+        if not isinstance(c, dict) or not {"in_decode_steps", "verify_ms", "draft_ms"} <= set(c):
+            raise ValueError(f"{at} is {str(c)[:80]}: it needs in_decode_steps, verify_ms and "
+                             f"draft_ms; {fix}.")
+        for key in ("in_decode_steps", "verify_ms"):
+            xs = c[key]
+            if not isinstance(xs, list) or len(xs) < 2:
+                raise ValueError(f"{at}.{key} is {str(xs)[:80]}: a list of one number per pass "
+                                 f"length k = 1, 2, ... (two at least).")
+            for i, x in enumerate(xs):
+                if not (finite_number(x) and x > 0) or (key == "in_decode_steps"
+                                                          and round(x, 3) <= 0):
+                    raise ValueError(f"{at}.{key}[{i}] is {x!r}: a pass's time is a finite "
+                                     f"number above 0.")
+        if len(c["in_decode_steps"]) != len(c["verify_ms"]):
+            raise ValueError(f"{at}: in_decode_steps has {len(c['in_decode_steps'])} entries and "
+                             f"verify_ms {len(c['verify_ms'])}: one each per pass length.")
+        if round(c["in_decode_steps"][0], 3) != 1:
+            raise ValueError(f"{at}.in_decode_steps[0] is {c['in_decode_steps'][0]!r}: it is "
+                             f"t(1)/t(1), so 1.")
+        if not finite_number(c["draft_ms"]) or c["draft_ms"] < 0:
+            raise ValueError(f"{at}.draft_ms is {c['draft_ms']!r}: a drafter pass's time is a "
+                             f"finite number >= 0.")
+
+
 def costs_of(curve: dict, max_skip: int = 8, trust_weight: float = 0.0) -> dict[int, VerifyCost]:
     """A ``curve`` result as cost models, one per thread count (t(k) and the draft over t(1))."""
     return {int(t): VerifyCost(tuple(round(x, 3) for x in c["in_decode_steps"]),
@@ -126,23 +196,62 @@ def costs_of(curve: dict, max_skip: int = 8, trust_weight: float = 0.0) -> dict[
             for t, c in curve["threads"].items()}
 
 
+def check_drafter_folder(folder) -> Path:
+    """``folder`` as a Path when it is a local DFlash drafter's (its config.json one that
+    load_drafter reads); else a ValueError that says what it is: missing, a target's, an AR
+    drafter's (whose loader reads no decoding.json), or a broken config."""
+    path = Path(folder).expanduser()
+    file = path / "config.json"
+    if not file.is_file():
+        raise ValueError(f"{folder} is not a drafter folder (no config.json): give the "
+                         f"local folder the cost model should ship in.")
+    raw = read_json(file, "a drafter's config")
+    arch = raw.get("architectures") if isinstance(raw, dict) else None
+    if arch == ["ARDrafter"]:
+        raise ValueError(f"{folder} is an AR drafter's folder, and load_ar_drafter reads no "
+                         f"decoding.json: a cost model there would never be used; give a DFlash "
+                         f"drafter's folder.")
+    if isinstance(raw, dict) and "dflash_config" not in raw:
+        raise ValueError(f"{folder} is not a drafter folder: its config.json is a "
+                         f"{'target' if raw.get('model_type') else 'model'}'s ({arch or 'no architectures'}), with "
+                         f"no dflash_config; the cost model ships with the drafter: give its "
+                         f"folder.")
+    drafter_config(file)                        # a drafter's config, or the loader's own error
+    return path
+
+
 def write_cost(drafter_dir, costs: dict[int, VerifyCost], tree: dict | None = None,
                dtype: str | None = None) -> dict:
     """Put ``costs`` (by thread count, measured in ``dtype``: "float32", "bfloat16", or None for
     any) and a default tree, when given, into drafter_dir/decoding.json, keeping its other
-    settings and the curves of other dtypes; atomically."""
-    path = Path(drafter_dir) / "decoding.json"
-    if not (Path(drafter_dir) / "config.json").is_file():
-        raise ValueError(f"{drafter_dir} is not a drafter folder (no config.json): give the "
-                         f"local folder the cost model should ship in.")
-    decoding = json.loads(path.read_text()) if path.is_file() else {}
-    kept = costs_from_dict(decoding["cost"]) if "cost" in decoding and dtype else {}
-    kept = {k: c for k, c in kept.items() if k[0] not in (dtype, None)}
-    decoding["cost"] = costs_to_dict({**kept, **{(dtype, t): c for t, c in costs.items()}})
+    settings and the curves of other dtypes; atomically. Only what load_drafter reads back is
+    written: the folder must be a DFlash drafter's, its decoding.json (if any) one the loader
+    takes, and the result goes through ``DecodingConfig.to_file``, which checks it loads."""
+    path = check_drafter_folder(drafter_dir) / "decoding.json"
+    if path.is_file():
+        data = read_json(path, "decoding settings (delete it for the defaults)")
+        config, old = DecodingConfig.from_file(data, str(path))     # a broken file: refused
+    elif path.exists():
+        raise ValueError(f"{path} is not a file: remove it, then write the cost model.")
+    else:
+        config, old = DecodingConfig(), None
+    if dtype is not None and dtype not in CURVE_DTYPES:
+        raise ValueError(f"the curve's dtype {dtype!r} is not one of {', '.join(CURVE_DTYPES)}.")
+    bad = [t for t in costs if not (isinstance(t, int) and t >= 1)]
+    if not costs or bad:
+        raise ValueError(f"costs are {{threads >= 1: VerifyCost}}, got {costs!r}.")
+    kept = {k: c for k, c in (old or {}).items() if dtype and k[0] not in (dtype, None)}
     if tree:
-        decoding["tree"] = check_tree(tree)
-    write_json(path, decoding)
-    return decoding
+        tree = check_tree(tree)
+        if config.p_min or config.record_steps:
+            raise ValueError(f"{path} holds p_min {config.p_min:g}, a chain's cut, which a "
+                             f"default tree cannot have (tree {tree}): remove p_min from the "
+                             f"file first, or write the curve without --tree.")
+        config = replace(config, tree=tree)
+    settings = replace(config, cost=True).to_file({**kept, **{(dtype, t): c
+                                                               for t, c in costs.items()}})
+    write_json(path, settings)
+    return settings
 
 
 def calibration(target, tokenizer, drafter, rows, max_new_tokens: int, block_size=None,
@@ -249,7 +358,8 @@ def main(argv=None) -> dict:
     p.add_argument("--shape", choices=sorted(SHAPES), default=None,
                    help="curve: a published target and drafter shape with random weights "
                         "instead of --target / --drafter")
-    p.add_argument("--device", default="cpu", help="curve with --shape: where to build it")
+    p.add_argument("--device", type=device_name, default="cpu",
+                   help="curve with --shape: where to build it (cpu, cuda, cuda:N, mps)")
     add_dtype(p, what="curve and calibration: the target's and drafter's dtype (with --shape "
                       "fp32 unless given)")
     p.add_argument("--suites", nargs="+", default=["arithmetic", "code"],
@@ -277,17 +387,22 @@ def main(argv=None) -> dict:
     if a.what == "cost":
         if not (a.curve and a.drafter):
             p.error("cost needs --from CURVE.json (from `budget curve --out`) and --drafter DIR")
-        curve = or_error(p.error, f"--from {a.curve}", lambda: json.loads(Path(a.curve).read_text()))
-        if not isinstance(curve, dict) or "threads" not in curve:
-            p.error(f"--from {a.curve}: not a curve (no \"threads\"); write one with "
-                    f"`budget curve --out {a.curve}`")
+        curve = or_error(p.error, f"--from {a.curve}", read_json, Path(a.curve).expanduser(),
+                         "a verify curve (`python -m minidflash budget curve --out FILE`)")
         try:
-            decoding = write_cost(a.drafter, costs_of(curve, trust_weight=a.trust or 0.0),
-                                  a.tree or None, curve.get("dtype"))
+            check_curve(curve, a.curve)
+            costs = costs_of(curve, trust_weight=a.trust or 0.0)
+        except ValueError as e:
+            p.error(f"--from {e}")
+        try:
+            decoding = write_cost(a.drafter, costs, a.tree or None, curve.get("dtype"))
         except ValueError as e:
             p.error(f"--drafter {a.drafter}: {e}")
         print(f"{a.drafter}/decoding.json: {json.dumps(decoding)[:200]}")
         return decoding
+    if a.device != "cpu" and not (a.what == "curve" and a.shape):
+        p.error(f"--device {a.device}: only `curve --shape` builds its models on a device; "
+                f"--target and --drafter load on the CPU")
     if a.shape and (a.what != "curve" or a.target or a.drafter):
         p.error("--shape builds a random target and drafter for `curve`; drop --target/--drafter")
     torch.manual_seed(0)

@@ -44,7 +44,8 @@ from pathlib import Path
 
 from ...files import save_figure
 from .. import common
-from ..common import add_load, add_threads, at_least, check_suites, count, out_file, write
+from ..common import (add_load, add_threads, at_least, check_suites, count, out_dir, out_file,
+                      write)
 from ..flags import add_flags
 from ..engines.llama_cpp import TARGET_TYPES, gguf_files, shown
 from ..engines.llama_cpp_binaries import (BENCH, PLAIN, PRE_TOKENIZER_REGEX, SPECULATIVE,
@@ -111,7 +112,7 @@ def arguments(argv=None) -> argparse.Namespace:
     p.add_argument("--pre-tokenizer", default=None, choices=sorted(PRE_TOKENIZER_REGEX),
                    help="name the target tokenizer's pre-tokenizer for the converter when it has "
                         "no hash for it (the tiny target: qwen2); its regex is checked first")
-    p.add_argument("--gguf-dir", default=None,
+    p.add_argument("--gguf-dir", type=out_dir, default=None,
                    help="where the GGUFs made here go: the drafter's, and the target's when it "
                         "is converted (default: the user cache)")
     p.add_argument("--suites", nargs="+", default=["gsm8k", "math500", "humaneval", "mtbench"],

@@ -18,7 +18,6 @@ earlier snapshots need not be kept.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -28,11 +27,11 @@ from ...paths import PROMPTS_DIR
 from ...checkpoints import load_drafter
 from ...files import save_figure
 from ...decoding_config import DecodingConfig
-from ...target import chat_ids, load_target, stop_ids
+from ...target import chat_ids, load_target, read_json, stop_ids
 from ...trainer import smooth
 from ...verifier import speculative_generate
 from ..common import (add_load, add_threads, check_decoding, check_suites, count, or_error,
-                      out_file, read_jsonl, write)
+                      out_file, read_jsonl, telling, write)
 from ..flags import add_flags
 
 
@@ -71,18 +70,44 @@ def plot(result: dict, path: Path) -> None:
     save_figure(fig, path, dpi=100)
 
 
-def extendable(a) -> dict:
-    """The curve in a.out, if it was measured the way this call measures (else a clear exit)."""
+def extendable(a, error) -> dict:
+    """The curve in a.out, if it was measured the way this call measures (else one line through
+    ``error``)."""
     if not a.out or not Path(a.out).is_file():
-        raise SystemExit(f"--extend adds to the curve in --out, and {a.out!r} is not a file: "
-                         f"name the curve to extend, or leave out --extend to start one.")
-    old = json.loads(Path(a.out).read_text())
+        error(f"--extend adds to the curve in --out, and {a.out!r} is not a file: name the curve "
+              f"to extend, or leave out --extend to start one")
+    old = or_error(error, f"--out {a.out}", read_json, Path(a.out), "a tau curve (this command's "
+                   "--out)")
+    if not isinstance(old, dict) or not all(k in old for k in ("points", "training_anchors",
+                                                                 "command")):
+        error(f"--out {a.out}: not a tau curve (no points, training_anchors and command) to "
+              f"extend; name one this command wrote, or leave out --extend")
     mine = {"suites": a.suites, "n": a.n, "max_new_tokens": a.max_new_tokens, "threads": a.threads}
     differ = [f"{k} {old.get(k)} there, {v} here" for k, v in mine.items() if old.get(k) != v]
     if differ:
-        raise SystemExit(f"{a.out} was measured otherwise ({'; '.join(differ)}): extend it with "
-                         f"the same --suites, --n, --max-new-tokens and --threads.")
+        error(f"--out {a.out} was measured otherwise ({'; '.join(differ)}): extend it with the "
+              f"same --suites, --n, --max-new-tokens and --threads")
     return old
+
+
+def read_snapshot(f, error) -> dict:
+    """A trainer checkpoint (<out>.ckpt/state.pt) as the curve reads it: its drafter's weights,
+    step, config and history; anything else one line through ``error``, naming the file."""
+    try:
+        state = torch.load(f, map_location="cpu")
+    except Exception as e:            # pickle's, zipfile's and torch's own kinds, by file
+        said = " ".join(str(e).split()).split(". ")[0][:100]
+        error(f"snapshot {f}: torch.load cannot read it ({type(e).__name__}: {said}): truncated, "
+              f"or not a checkpoint; pass copies of <out>.ckpt/state.pt")
+    need = ("drafter", "step", "config", "history")
+    if not isinstance(state, dict) or not all(k in state for k in need):
+        error(f"snapshot {f} is not a trainer checkpoint (it needs {', '.join(need)}; got a "
+              f"{type(state).__name__}): pass copies of <out>.ckpt/state.pt")
+    if not isinstance(state["drafter"], dict) or not isinstance(state["step"], int) or not (
+            isinstance(state["config"], dict) and isinstance(state["config"].get("batch_size"), int)):
+        error(f"snapshot {f}: its drafter, step or config.batch_size is not what the trainer "
+              f"writes; pass copies of <out>.ckpt/state.pt")
+    return state
 
 
 @torch.no_grad()
@@ -106,11 +131,18 @@ def main(argv=None) -> dict:
               why="every point is the drafter's whole block verified as a chain, greedily")
     add_load(p)
     a = p.parse_args(argv)
-    check_suites(p.error, a.suites)
+    error = telling(p.error)
+    check_suites(error, a.suites)
     missing = [f for f in a.snapshots if not Path(f).is_file()]
     if missing:
         p.error(f"snapshots {' '.join(missing)}: no such file; pass copies of <out>.ckpt/state.pt")
-    old = extendable(a) if a.extend else None
+    old = extendable(a, error) if a.extend else None
+    states = [read_snapshot(f, error) for f in a.snapshots]      # before any model loads
+    seen = lambda s: s.get("answers_before", 0) + s["step"] * s["config"]["batch_size"]
+    clash = old and {p["answers_seen"] for p in old["points"]} & {seen(s) for s in states}
+    if clash:
+        error(f"--out {a.out} already has points at answers seen {sorted(clash)}: pass only the "
+              f"snapshots of the later run")
     torch.set_num_threads(a.threads)
     target, tokenizer = or_error(p.error, f"--target {a.target}", load_target, a.target,
                                  dtype=torch.float32)   # as its results were made
@@ -119,14 +151,13 @@ def main(argv=None) -> dict:
     check_decoding(p.error, target, drafter, {"max_new_tokens": a.max_new_tokens},
                    [chat_ids(tokenizer, r["messages"]) for rs in rows.values() for r in rs],
                    tree=False, cost=False, stop_token_ids=stop_ids(tokenizer))
-    states = []
-    for f in a.snapshots:
-        state = torch.load(f, map_location="cpu")
-        if "drafter" not in state or "step" not in state:
-            raise SystemExit(f"{f} is not a trainer checkpoint (no 'drafter' and 'step'): pass "
-                             f"copies of <out>.ckpt/state.pt")
-        states.append(state)
-    seen = lambda s: s.get("answers_before", 0) + s["step"] * s["config"]["batch_size"]
+    want = {k: tuple(v.shape) for k, v in drafter.state_dict().items()}
+    for f, state in zip(a.snapshots, states):
+        got = {k: tuple(getattr(v, "shape", ())) for k, v in state["drafter"].items()}
+        if got != want:
+            wrong = sorted(set(got) ^ set(want)) or [k for k in want if got[k] != want[k]]
+            error(f"snapshot {f} holds another drafter's weights than --drafter {a.drafter} "
+                  f"({wrong[:3]} differ): pass the snapshots of that drafter's training")
     states.sort(key=seen)
     points = []
     for state in states:
@@ -144,10 +175,6 @@ def main(argv=None) -> dict:
                                    "answers_seen": [before + (s + 1) * batch for s in h["step"][::10]],
                                    "tau": smooth(h["tau"])[::10]}}
     if old is not None:   # the earlier points first, then these; the commands that made each
-        clash = {p["answers_seen"] for p in old["points"]} & {p["answers_seen"] for p in points}
-        if clash:
-            raise SystemExit(f"{a.out} already has points at answers seen {sorted(clash)}: pass "
-                             f"only the snapshots of the later run.")
         anchors = {k: old["training_anchors"][k] + result["training_anchors"][k]
                    for k in ("step", "answers_seen", "tau")}
         result = {**result, "command": old["command"],

@@ -40,10 +40,11 @@ import torch
 from ...attention import BACKENDS
 from ...paths import CACHE_DIR, TINY_AR_DRAFTER_DIR, TINY_DRAFTER_DIR
 from ...core.drafter import default_target_layer_ids
-from ...target import load_target, warn_emulated_bf16
+from ...target import check_folder, load_target, warn_emulated_bf16
 from ...train_data import cached_regeneration, feature_pass, in_dtype
 from ...trainer import TrainConfig, distributed, train
-from ..common import DTYPES, AUTO, add_dtype, add_threads, at_least, count, out_dir, resolved_dtype
+from ..common import (DTYPES, AUTO, add_dtype, add_threads, at_least, count, or_error, out_dir,
+                      resolved_dtype)
 from ..make_data import answers, chat_prompts, corpus
 
 TINY_N_CODE = 1000           # --n-code for the tiny target (the shipped drafter's)
@@ -157,8 +158,22 @@ def train_flag(f):
             TrainConfig(**{f.name: value})
         except ValueError as e:
             raise argparse.ArgumentTypeError(f"{text}: {e}") from None
+        if f.name == "target_layer_ids" and len(set(value)) < len(value):
+            twice = sorted({i for i in value if value.count(i) > 1})
+            raise argparse.ArgumentTypeError(f"{text}: names layers {twice} more than once; each "
+                                             f"feature is a different target layer")
         return value
     return flag
+
+
+def check_layers(error, cfg, layers: int) -> None:
+    """--target-layer-ids inside the target's layers, before any data is made: a drafter reading
+    a layer the target lacks is refused by the loader after the training. (The default spacing
+    is inside them by construction, and its repeats on a small target the loader takes.)"""
+    far = sorted({i for i in cfg.target_layer_ids or () if not 0 <= i < layers})
+    if far:
+        error(f"--target-layer-ids {','.join(map(str, cfg.target_layer_ids))}: the target has "
+              f"{layers} layers (ids 0..{layers - 1}), so it has no layer {far[0]}")
 
 
 def config_parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -278,7 +293,12 @@ def main(argv=None) -> dict:
     if answers_dir is not None:               # shard i: (folder, its shard number)
         shards = kept[:len(shards)]
     cfg = TrainConfig(**args)
-    target, tokenizer = load_target(target_name, dtype=torch.float32)   # bf16 copies: --feature-dtype
+    if cfg.init_drafter:                    # a folder named: there, before any data is made
+        or_error(p.error, f"--init-drafter {cfg.init_drafter}", check_folder, cfg.init_drafter,
+                 "load_drafter", TINY_DRAFTER_DIR)
+    target, tokenizer = or_error(p.error, f"--target {target_name}", load_target, target_name,
+                                 dtype=torch.float32)   # bf16 copies: --feature-dtype
+    check_layers(p.error, cfg, target.config.num_hidden_layers)
 
     def data_for(progress=True, mine=None):
         if target_name is None:

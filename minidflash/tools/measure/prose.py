@@ -1,0 +1,169 @@
+"""The sentences of README.md and docs/results.md that state a measured number, rendered from
+the results files they quote (``regions.py`` puts them on the page; tests/test_claims.py renders
+them again). Each function takes results files by name and returns the words as the page holds
+them: the numbers, the machine each file names, and every comparative the files decide (faster,
+slower, identical, a range's ends) computed here, never typed.
+"""
+
+from __future__ import annotations
+
+from .regions import read
+
+NEAR_TIE = 0.5            # an fp32 logit gap below this at a parting: a near-tie (bench's check)
+SUITES = {"gsm8k": "GSM8K", "math500": "MATH-500", "humaneval": "HumanEval", "mtbench": "MT-Bench"}
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers: a range, a comparative, a machine, a count
+# --------------------------------------------------------------------------------------------
+
+def span(values, fmt: str = "{:.2f}", unit: str = "x") -> str:
+    """The range of ``values`` as a page writes it: ``1.17-1.83x``, or one value if both ends
+    print the same."""
+    lo, hi = fmt.format(min(values)), fmt.format(max(values))
+    return f"{lo}{unit}" if lo == hi else f"{lo}-{hi}{unit}"
+
+
+def than(values, up: str = "faster", down: str = "slower") -> str:
+    """The comparative a set of ratios decides: ``up`` if every one is above 1, ``down`` if every
+    one is below, else both ("slower or faster")."""
+    return up if min(values) > 1 else down if max(values) < 1 else f"{down} or {up}"
+
+
+def machine(results: dict) -> str:
+    """A file's machine in words ("an AMD EPYC (2 cores, with bf16 units)"), or that the file
+    does not record it."""
+    m = results.get("machine")
+    if not isinstance(m, dict):
+        return "a machine its file does not record"
+    cpu = m.get("cpu", "an unrecorded CPU").replace("(R)", "").replace(" Processor", "")
+    units = {True: "with", False: "without"}.get(m.get("native_bf16"), "bf16 units not recorded:")
+    return f"{'an' if cpu[0] in 'AEIOU' else 'a'} {cpu} ({m.get('cores', '?')} cores, {units} bf16 units)"
+
+
+def suites(name: str) -> dict:
+    return read(name)["suites"]
+
+
+def method(name: str, m: str) -> list[dict]:
+    """One method's results in every suite of a file."""
+    return [s["methods"][m] for s in suites(name).values()]
+
+
+def identical(names, m: str = "dflash") -> tuple[int, int]:
+    """(answers identical to the file's reference, answers) of one method over files."""
+    return (sum(r["identical_count"] for n in names for r in method(n, m)),
+            sum(s["prompts"] for n in names for s in suites(n).values()))
+
+
+def gaps(names, m: str = "dflash") -> list[float]:
+    """The largest fp32 logit gap at a parting, per suite and file, where an answer parted."""
+    return [r["max_fp32_gap"] for n in names for r in method(n, m) if r["max_fp32_gap"] is not None]
+
+
+def ratio(name: str, a: str, b: str) -> list[float]:
+    """Tokens per second of method ``a`` over method ``b``, per suite of a file."""
+    return [s["methods"][a]["tokens_per_s"] / s["methods"][b]["tokens_per_s"]
+            for s in suites(name).values()]
+
+
+def near_ties(values) -> str:
+    return "every parting a near-tie" if max(values) < NEAR_TIE else "not every parting a near-tie"
+
+
+def code(*names: str) -> str:
+    return ", ".join(f"`{n}`" for n in names)
+
+
+# --------------------------------------------------------------------------------------------
+# README.md
+# --------------------------------------------------------------------------------------------
+
+def headline(one: str, two: str) -> str:
+    """The README's first claim: the default over the lean plain at one and two threads, on the
+    machine the files name, and whether llama.cpp's plain decoding is faster still."""
+    x = [r["speedup"] for n in (one, two) for r in method(n, "dflash")]
+    llama = [s["methods"][e]["tokens_per_s"] / s["methods"]["dflash"]["tokens_per_s"]
+             for n in (one, two) for s in suites(n).values()
+             for e in ("llamacpp-plain/bf16", "llamacpp-plain/q4_1")]
+    still = {"faster": "faster still", "slower": "slower", "slower or faster": "not faster everywhere"}
+    return (f"**On {machine(read(one))}, DFlash decodes SmolLM2-135M-Instruct {span(x)} "
+            f"{than(x)} than this package's fastest plain decoding (its lean pass), and llama.cpp's "
+            f"plain decoding is {still[than(llama)]} ([Results](#results)).**")
+
+
+def rounding(fp32_two: str, fp32_one: str, bf16_two: str, bf16_one: str) -> str:
+    """How often SmolLM2's answers equal plain decoding's: fp32 and bf16 (the new-kinds runs)."""
+    same, n = identical((fp32_two, fp32_one))
+    b_same, b_n = identical((bf16_two, bf16_one))
+    other = "the other parting" if n - same == 1 else f"the {n - same} others parting"
+    return (f"A 16-token pass and a 1-token pass still round differently, so a near-tie may go the "
+            f"other way: SmolLM2 in fp32 matched plain decoding on {same} of {n} test answers "
+            f"({other} at an fp32 logit gap of at most {max(gaps((fp32_two, fp32_one))):.0e}), in "
+            f"bf16 on {b_same} of {b_n} (notebook 13).")
+
+
+def _price(p1: str, p2: str, v1: str, v2: str) -> dict:
+    """Exact mode's price over two pairs of runs: plain exact against plain, and each /exact
+    method against plain exact and against plain."""
+    runs = [suites(n)["gsm8k"]["methods"] for n in (p1, p2, v1, v2)]
+    return {"price": [r["plain"]["tokens_per_s"] / r["plain/exact"]["tokens_per_s"] for r in runs],
+            "identical": all(x["identical"] for r in runs for m, x in r.items() if "/exact" in m),
+            **{f"{m} over exact": [r[m]["speedup_same_dtype"] for r in runs]
+               for m in ("dflash/exact", "dflash:8/exact")},
+            **{f"{m} over plain": [r[m]["speedup_vs_fastest_plain"] for r in runs]
+               for m in ("dflash/exact", "dflash:8/exact")}}
+
+
+def exact_mode(p1: str, p2: str, v1: str, v2: str) -> str:
+    """The README's paragraph on exact mode: what it gives, and its price on the machine the
+    files name, as a range over both pairs of runs."""
+    x, r = _price(p1, p2, v1, v2), read(p1)
+    alone = {read(n).get("load") for n in (p1, p2, v1, v2)} == {"alone"}
+    same = "every answer" if x["identical"] else "not every answer"
+    chain, tree = x["dflash:8/exact over plain"], x["dflash/exact over plain"]
+    return (f"**Exact mode** (`/exact`, notebook 14) gives every pass one shape and sums attention "
+            f"in index order, so the output is plain exact decoding's, bf16 too: {same} identical "
+            f"in the runs of its price, measured on {machine(r)}, GSM8K's "
+            f"{suites(p1)['gsm8k']['prompts']} test prompts in bf16"
+            f"{', alone on the machine' if alone else ''}, two pairs of runs at one and two threads. "
+            f"There plain decoding ran {span(x['price'])} slower in exact mode; `dflash:8/exact` "
+            f"ran at {span(chain)} the speed of plain decoding without it ({than(chain)}), the "
+            f"default tree at {span(tree)} ({than(tree)}).")
+
+
+def smollm2_intro(one: str, two: str) -> str:
+    """The README's paragraph above the SmolLM2 table: the three plain decodings, and what the
+    lean pass is against transformers' forward in bf16 (faster, and not bit-equal)."""
+    x = ratio(one, "plain", "plain/nolean") + ratio(two, "plain", "plain/nolean")
+    same, n = identical((one, two), "plain/nolean")
+    return (f"**SmolLM2-135M-Instruct** in bf16 (`load_target`'s choice on a CPU with bf16 matrix "
+            f"units), up to {read(one)['max_new_tokens']} new tokens: the default "
+            f"(`speculative_generate` with `data/smollm2_drafter` and its `decoding.json`, a tree) "
+            f"beside the three plain decodings, each prompt in turn: transformers' forward, the "
+            f"lean pass (`minidflash/lean.py`: the same weights with less around them, {span(x)} "
+            f"{than(x)}; its tokens equal transformers' on {same} of {n} answers, "
+            f"{near_ties(gaps((one, two), 'plain/nolean'))}) and llama.cpp's (bf16, Q4_1); a "
+            f"speedup is over this package's fastest, the lean pass:")
+
+
+def readme_bullets(fp32_two: str, fp32_one: str, epyc: str, lean_curve: str, one: str,
+                   two: str) -> str:
+    """The README's bullets under the SmolLM2 table: fp32, another CPU, llama.cpp."""
+    same, n = identical((fp32_two, fp32_one))
+    over = [r["speedup"] for f in (fp32_two, fp32_one) for r in method(f, "dflash")]
+    bf16 = [r["speedup_vs_fastest_plain"] for r in method(fp32_two, "dflash")]
+    emulated = [c["in_decode_steps"][15] for c in read(epyc)["threads"].values()]
+    lean = [c["in_decode_steps"][15] for c in read(lean_curve)["threads"].values()]
+    llama = [s["methods"]["dflash"]["tokens_per_s"] / s["methods"]["llamacpp-plain/bf16"]["tokens_per_s"]
+             for f in (one, two) for s in suites(f).values()]
+    every = "on every suite" if max(bf16) < 1 else "not on every suite"
+    return (f"- **fp32**, on {machine(read(fp32_two))}: {same} of {n} answers identical to plain "
+            f"fp32 decoding; the default {span(over)} {than(over)} than plain fp32 through "
+            f"transformers' forward, and {than(bf16)} than plain bf16 {every} at two threads "
+            f"({span(bf16)}) ([docs/results.md](docs/results.md#fp32-and-other-cpus)).\n"
+            f"- **Other CPUs**: on that machine a bf16 pass over 16 tokens costs "
+            f"{span(emulated, unit='')} decode steps, against {span(lean, unit='')} through the "
+            f"lean pass on the machine of the table: `load_target` picks fp32 there.\n"
+            f"- **llama.cpp**: the default reaches {span(llama)} of llama.cpp's plain bf16 tokens "
+            f"per second on the machine of the table ([docs/llama_cpp.md](docs/llama_cpp.md)).")
