@@ -4,7 +4,7 @@ transformers keeps ``generate()``'s options in a ``GenerationConfig``: one objec
 file, overridden per call, printed. Ours holds the few DFlash adds, and the call's length and
 stops. A drafter's ``decoding.json`` loads into one (``DecodingConfig.of(drafter)``: what a plain
 ``speculative_generate(target, drafter, ids)`` runs), a call overrides it field by field, once
-(``decoding.prepare``), and ``describe`` says what a step will do. The fields:
+(``prepare.prepare``), and ``describe`` says what a step will do. The fields:
 
     max_new_tokens  tokens to generate at most
     stop_token_ids  generation stops after the first of these (kept); an int or a list of ints

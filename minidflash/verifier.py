@@ -2,7 +2,7 @@
 
 The method itself, one decode loop with seams, is ``core/verifier.py``; read it first. These two
 functions resolve one ``DecodingConfig`` (decoding_config.py; None: the drafter's decoding.json,
-any of its fields as a keyword over it) with ``decoding.prepare``, then build the loop's seams
+any of its fields as a keyword over it) with ``prepare.prepare``, then build the loop's seams
 from it, and nothing else:
 
 * the proposer: the core's chain of a block (``BlockProposer``), plain decoding's proposal of
@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import torch
 
-from .core.verifier import BlockProposer, Draft, Sequence, generate
+from .core.verifier import BlockProposer, Sequence, generate
 from .batch import Batch
-from .decoding import (GenerationResult, Pick, Stopwatch, TargetPass, prepare, result, tie_head)
+from .decoding import GenerationResult, Pick, Stopwatch, TargetPass, result, tie_head
+from .prepare import prepare
 from .decoding_config import DecodingConfig
 from .tree import TreeProposer
 from .verify_cost import Budgeted
@@ -78,7 +79,7 @@ def speculative_generate(target, drafter, input_ids: torch.Tensor,
 
 def check_batch(input_ids, attention_mask) -> torch.Tensor:
     """The batch's attention mask as (N, S) bool, checked: left padding, a token in every row
-    (the drafter, a DFlash one, is checked by ``decoding.check_call``)."""
+    (the drafter, a DFlash one, is checked by ``prepare.check_call``)."""
     N, S = input_ids.shape
     if attention_mask is None:
         return torch.ones(N, S, dtype=torch.bool, device=input_ids.device)

@@ -71,7 +71,7 @@ def loss_weights(block_size: int, gamma: float | None) -> torch.Tensor:
     return w
 
 
-def drafter_logits(drafter: DFlashDrafter, target, ids, hidden, anchors):
+def drafter_logits(drafter, target, ids, hidden, anchors):
     """Logits (N, n, B, V) for all blocks of each sequence in one drafter pass.
 
     ids (N, S) tokens, hidden (N, S, L_f*H) target features of every position, anchors (N, n).

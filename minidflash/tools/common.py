@@ -408,11 +408,11 @@ def flags_in(message: str, given: dict) -> str:
 
 def check_decoding(error, target, drafter, given: dict, prompts, **call):
     """The config a command decodes with: the drafter's decoding.json, the command line's fields
-    (``given``) and the command's own (``call``) over it, checked by ``decoding.prepare`` on the
+    (``given``) and the command's own (``call``) over it, checked by ``prepare.prepare`` on the
     longest of ``prompts`` (1, S) before any long work. What it refuses (a block size over the
     drafter's, a length past the target's positions, --cost without a curve) is one line through
     ``error``, naming the flags of ``given`` that the message names."""
-    from ..decoding import prepare
+    from ..prepare import prepare
     from ..decoding_config import DecodingConfig
 
     try:

@@ -29,7 +29,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ...decoding import crop_cache, lean_of, target_pass
+from ...decoding import crop_cache, target_pass
+from ...prepare import lean_of
 from ...paths import TINY_DRAFTER_DIR, TINY_TARGET_DIR, repo_relative
 from ...checkpoints import load_drafter
 from ...files import save_figure

@@ -38,7 +38,8 @@ import torch
 from transformers import DynamicCache
 
 from ...paths import TINY_DRAFTER_DIR
-from ...decoding import crop_cache, lean_of, target_pass
+from ...decoding import crop_cache, target_pass
+from ...prepare import lean_of
 from ...checkpoints import load_drafter
 from ...files import save_figure, write_json
 from ...decoding_config import DecodingConfig, check_tree
