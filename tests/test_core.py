@@ -133,7 +133,7 @@ def test_the_core_loop_gives_the_front_doors_tokens(seed):
     for B in (1, 4, 16):
         state = core_decode(target, oracle(), ids, n, B)
         out = speculative_generate(target, oracle(), ids, max_new_tokens=n, block_size=B)
-        assert state.new[:n] == out.new_ids.tolist() == ref[0, ids.shape[1]:].tolist(), B
+        assert state.tokens() == out.new_ids.tolist() == ref[0, ids.shape[1]:].tolist(), B
         assert state.accepted[:-1] == out.acceptance_lengths[:-1]
 
 

@@ -179,6 +179,12 @@ class Sequence:
     def attention(self, W: int):
         return None                      # one sequence: the causal mask is all a chain needs
 
+    def tokens(self) -> list[int]:
+        """The new tokens, cut at max_new_tokens and after the first stop token (kept): a step
+        commits whole, so the last one may run past either."""
+        new = self.new[:self.max_new]
+        return new[:next((i + 1 for i, t in enumerate(new) if t in self.stops), len(new))]
+
     def context(self) -> dict:
         """What the drafter reads: t at its position, the features it has not seen, its cache."""
         features, ids, self.features, self.context_ids = self.features, self.context_ids, None, None
