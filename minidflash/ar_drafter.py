@@ -46,7 +46,7 @@ from .core.drafter import apply_rope, default_target_layer_ids, target_shape
 from .files import recover, write_together
 from .checkpoints import check_fits
 from .target import check_layer_ids, check_target, read_json, resolve_dtype
-from .weights import check_config_values, check_finite, read_weights, whole
+from .weights import check_config_values, check_finite, check_shapes, read_weights, whole
 
 TTT_DECAY = 0.8          # EAGLE-3's per-step loss weight
 MAX_DRAFT = 16           # longest chain the verifier may ask for (block size 17)
@@ -305,13 +305,8 @@ def load_ar_drafter(path, target=None, dtype=None, device=None) -> ARDrafter:
         raise ValueError(f"{weights} does not hold the tensors of an ARDrafter: missing "
                          f"{missing[:5]}, unexpected {unexpected[:5]}; save it again with "
                          f"ARDrafter.save_pretrained.")
-    wrong = [(k, tuple(state[k].shape), tuple(v.shape)) for k, v in expected.items()
-             if state[k].shape != v.shape]
-    if wrong:
-        raise ValueError(f"{weights} does not match {file}: {wrong[0][0]} is {wrong[0][1]} in the "
-                         f"weights, {wrong[0][2]} by the config ({len(wrong)} tensor(s) differ; "
-                         f"transposed, or hidden_size, heads, head_dim, intermediate_size or "
-                         f"target_layer_ids changed?): restore the config saved with them.")
+    check_shapes(state, expected, lambda name: weights, file, "transposed, or hidden_size, heads, "
+                 "head_dim, intermediate_size or target_layer_ids changed")
     drafter.load_state_dict(state, strict=False)
     drafter.to(device=device, dtype=dtype).eval().requires_grad_(False)
     check_finite({k: v for k, v in drafter.state_dict().items() if k in state}, lambda k: weights)

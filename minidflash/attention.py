@@ -29,7 +29,6 @@ import warnings
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from .paths import RESULTS_DIR
 from .core.attention import ATTENTION

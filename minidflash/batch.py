@@ -45,6 +45,7 @@ import torch
 from transformers import DynamicCache
 
 from .core.drafter import target_features
+from .core.verifier import keep_columns
 
 COMPACT_AT = 0.25     # compact when packing would drop at least this share of the cache width
 
@@ -190,9 +191,7 @@ class Batch:
         W, L = draft.ids.shape[1], self.valid.shape[1]
         a = torch.tensor([len(k) - 1 for k in outcome.kept], device=draft.ids.device)  # (n,)
         kept, width = torch.arange(W, device=a.device) <= a[:, None], int(a.max()) + 1  # (n, W)
-        crop = self.cache.get_seq_length() - (L + width)
-        if crop > 0:
-            self.cache.crop(-crop)
+        keep_columns(self.cache, L, list(range(width)))  # crop what no row kept: a prefix of W
         self.valid = compact(self.cache, torch.cat([self.valid, kept[:, :width]], 1))
         if self.layers is not None:
             features = target_features(states, self.layers)[:, :width]

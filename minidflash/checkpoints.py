@@ -1,26 +1,5 @@
-"""The DFlash drafter: a small block-diffusion model conditioned on the target (paper section 3).
-
-Glossary used in every shape comment: N batch, B block size, n blocks, S context tokens,
-C new context tokens, H hidden size, L_f target features, Hq / Hkv query / key-value heads,
-D head dim, V vocabulary.
-
-1. Target features. The hidden states of L_f target layers, evenly spaced, are concatenated and
-   fused into one *context feature* per token:
-       c_t = RMSNorm( W_fc [h_t^(l_1) ; ... ; h_t^(l_Lf)] )          W_fc: (H, L_f*H), no bias
-   "Layer id l" is the output of decoder layer l, i.e. transformers' ``hidden_states[l + 1]``.
-2. KV injection. Every drafter layer is a Qwen3 decoder layer whose queries come only from the
-   block tokens x, while its keys and values are
-       K = k_norm([k_proj(c) ; k_proj(x)]),   V = [v_proj(c) ; v_proj(x)]
-   with the layer's own projections: the target's context enters *every* layer, not just the
-   first one's input.
-3. Positions are absolute (RoPE): context token t keeps position t, block slot j sits at
-   anchor + j.
-4. The block input is [last committed token, MASK, ..., MASK]; the drafter predicts slots
-   1..B-1 in ONE forward pass, through the target's own frozen embedding and lm_head (the
-   drafter owns neither).
-
-The drafter's KV cache holds the K/V of context features only; block K/V are recomputed every
-step, so there is nothing to crop after a draft.
+"""Loading and saving a DFlash drafter in the published format (the model itself is
+``core/drafter.py``).
 
 On disk it uses the published format (z-lab/Qwen3-8B-DFlash-b16): config.json with
 ``block_size``, ``num_target_layers``, ``dflash_config{mask_token_id, target_layer_ids}``, the
@@ -29,13 +8,11 @@ and model.safetensors with exactly the tensors ``layers.{i}.*``, ``fc.weight``,
 ``hidden_norm.weight``, ``norm.weight``. SGLang (``--speculative-algorithm DFLASH``) and vLLM
 (``"method": "dflash"``) serve it; tests/test_serving.py lists the keys each reads.
 
-A draft vocabulary (optional; the reduced draft vocabulary of EAGLE-3 and FR-Spec): the drafter
-may score only K token ids ``draft_vocab`` (the K most frequent of the target's regenerated
-answers, ``train_data.draft_vocabulary``), a slice of the target's lm_head rows:
-       d_j = draft_vocab[ argmax_i  W_lm[draft_vocab[i]] . h_j ]            (K, H) rows, not (V, H)
-Verification still scores all V tokens, so decoding stays lossless; a token outside the slice is
-never drafted, only emitted by the target. The ids live in ``draft_vocab.json`` next to the
-published files, which stay as they are (an engine that ignores the extra file drafts over all V).
+A draft vocabulary (``core.drafter``: the K token ids the drafter scores, the K most frequent
+of the target's regenerated answers, ``train_data.draft_vocabulary``) lives in
+``draft_vocab.json`` next to the published files, which stay as they are (an engine that ignores
+the extra file drafts over all V); the drafter's decoding settings in ``decoding.json``, read
+into ``decoding_config.decoding_of(drafter)``.
 
 Sliding-window attention is not implemented: every drafter layer sees all the context. A config
 whose ``layer_types`` hold ``"sliding_attention"`` (newer published drafters, e.g. for Qwen3.6)
@@ -47,28 +24,21 @@ from __future__ import annotations
 
 import json
 import os
-import weakref
 from dataclasses import replace
 from pathlib import Path
 
 import torch
-from einops import rearrange
-from torch import nn
-from transformers import DynamicCache, Qwen3Config
-from transformers.models.qwen3.modeling_qwen3 import (Qwen3MLP, Qwen3RMSNorm,
-                                                      Qwen3RotaryEmbedding, rotate_half)
+from transformers import Qwen3Config
 
 from .attention import check_backend, default_backend
-from .core.drafter import (DFlashDrafter, default_target_layer_ids, make_drafter_config,  # noqa: F401
-                           target_features, target_shape, apply_rope)
+from .core.drafter import DFlashDrafter
 from .core.paper import PAPER
 from .paths import TINY_DRAFTER_DIR
 from .files import recover, write_together
 from .hub import snapshot
 from .decoding_config import DecodingConfig, decoding_of, set_decoding
 from .target import check_folder, check_target, drafter_config, read_json, resolve_dtype
-from .weights import check_finite, read_weights
-from .verify_cost import VerifyCost
+from .weights import check_finite, check_shapes, read_weights
 
 DRAFT_VOCAB_FILE = "draft_vocab.json"     # optional, beside the published config + weights
 DECODING_FILE = "decoding.json"   # optional: the drafter's DecodingConfig (a cut, cost curves, a tree)
@@ -185,13 +155,8 @@ def load_drafter(name_or_path=None, target=None, dtype=None, device=None,
                          f"DFlash drafter: missing {missing[:5]}{'...' if len(missing) > 5 else ''}, "
                          f"unexpected {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}. "
                          f"Check num_hidden_layers in config.json and the tensor names.")
-    wrong = [(k, tuple(state[k].shape), tuple(v.shape)) for k, v in drafter.state_dict().items()
-             if state[k].shape != v.shape]      # a size in config.json changed after the save
-    if wrong:
-        raise ValueError(f"{headers[wrong[0][0]][0]} does not match {file}: "
-                         f"{wrong[0][0]} is {wrong[0][1]} in the weights, {wrong[0][2]} by the "
-                         f"config ({len(wrong)} tensor(s) differ; hidden_size, heads, head_dim, "
-                         f"target_layer_ids?): restore the config saved with them.")
+    check_shapes(state, drafter.state_dict(), lambda name: headers[name][0], file,
+                 "hidden_size, heads, head_dim, target_layer_ids")
     drafter.load_state_dict(state, strict=True)
     drafter.to(device=device, dtype=dtype).eval().requires_grad_(False)
     check_finite(drafter.state_dict(), lambda name: headers[name][0])   # no NaN, no inf

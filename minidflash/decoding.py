@@ -18,8 +18,6 @@ in its own pass. ``fp32_ties=False`` reads the bf16 argmax as it is.
 
 from __future__ import annotations
 
-import functools
-import inspect
 import time
 from dataclasses import dataclass, field
 
@@ -27,7 +25,7 @@ import torch
 from transformers import DynamicCache
 
 from . import exact
-from .core.verifier import Sample
+from .core.verifier import Sample, cache_kwargs  # noqa: F401  (cache_kwargs: the core's)
 from .decoding_config import DecodingConfig
 from .lean import of as lean_pass
 
@@ -249,17 +247,6 @@ def crop_cache(cache: DynamicCache, length: int) -> None:
     extra = cache.get_seq_length() - length
     if extra > 0:
         cache.crop(-extra)
-
-
-@functools.lru_cache(maxsize=None)
-def _cache_name(model_class) -> str:
-    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
-
-
-def cache_kwargs(model, cache) -> dict:
-    """Pass the KV cache under the name this transformers version uses (``cache`` in newer
-    releases, ``past_key_values`` before)."""
-    return {_cache_name(type(model)): cache, "use_cache": True}
 
 
 def clock(device=None) -> float:

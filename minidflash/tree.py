@@ -186,7 +186,8 @@ def accept_tree(tokens: torch.Tensor, parents: torch.Tensor, logits: torch.Tenso
     (1+n, V) the target's at [root, nodes]. Returns (path, y): path the accepted nodes as rows of
     logits (1..n), root to leaf, and y the target's token after the last of them (the bonus).
     hidden (1+n, H), head: a bf16 target's greedy near-ties decided in fp32 (``decoding.Pick``)."""
-    draft = TreeDraft(torch.cat([tokens.new_zeros(1), tokens])[None], parents, parents, logits.dtype)
+    draft = TreeDraft(torch.cat([tokens.new_zeros(1), tokens])[None], parents,
+                      torch.zeros_like(parents), logits.dtype)    # depths: the walk reads none
     out = draft.walk(logits[None], None if hidden is None else hidden[None],
                      Pick(temperature, generator, head))
     return out.kept[0][1:], int(out.bonus[0])

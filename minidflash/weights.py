@@ -127,6 +127,20 @@ def norm(t: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
+def check_shapes(state: dict, expected: dict, file_of, config_file, hint: str) -> None:
+    """Every tensor of ``state`` (name -> tensor, read from ``file_of(name)``) the shape its
+    config gives (``expected``, a model's state dict): otherwise an error naming the file, the
+    first tensor that differs, both shapes, and what in ``config_file`` may have changed
+    (``hint``) since the save."""
+    wrong = [(k, tuple(state[k].shape), tuple(v.shape)) for k, v in expected.items()
+             if state[k].shape != v.shape]
+    if wrong:
+        name, got, want = wrong[0]
+        raise ValueError(f"{file_of(name)} does not match {config_file}: {name} is {got} in the "
+                         f"weights, {want} by the config ({len(wrong)} tensor(s) differ; {hint}?): "
+                         f"restore the config saved with them.")
+
+
 def check_finite(tensors: dict[str, torch.Tensor], file_of) -> None:
     """No NaN or inf in any of ``tensors`` (name -> tensor): otherwise an error naming the file
     (``file_of(name)``), the tensor and how many of its values are NaN / inf. One norm per tensor

@@ -32,6 +32,7 @@ target pass can certify. Tokens per step a + 1 is at most B; tau is its mean.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass
 
@@ -120,6 +121,17 @@ class Sample:
         return token[..., 0].clamp(max=cdf.shape[-1] - 1)
 
 
+@functools.lru_cache(maxsize=None)
+def _cache_name(model_class) -> str:
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
+
+
+def cache_kwargs(model, cache) -> dict:
+    """Pass the KV cache under the name this transformers version uses (``cache`` in newer
+    releases, ``past_key_values`` before)."""
+    return {_cache_name(type(model)): cache, "use_cache": True}
+
+
 class TargetForward:
     """One target pass through transformers: (logits, every layer's hidden states or None, the
     final normed states or None). layers: keep the hidden states (the drafter's features).
@@ -127,11 +139,9 @@ class TargetForward:
 
     def __init__(self, target, layers: bool, final: bool = False):
         self.target, self.layers, self.final = target, layers, final
-        names = inspect.signature(type(target).forward).parameters   # newer transformers: cache
-        self.cache_name = "cache" if "cache" in names else "past_key_values"
 
     def __call__(self, ids, cache, logits_to_keep: int = 0, **inputs):
-        out = self.target(input_ids=ids, **{self.cache_name: cache}, use_cache=True, **inputs,
+        out = self.target(input_ids=ids, **cache_kwargs(self.target, cache), **inputs,
                           output_hidden_states=self.layers or self.final,
                           logits_to_keep=logits_to_keep)
         states = out.hidden_states if self.layers else None
