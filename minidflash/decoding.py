@@ -166,6 +166,8 @@ class TargetPass:
     for a drafter, the final states for the tie rule, the lean pass, exact mode's W)."""
 
     def __init__(self, target, layers: bool, final: bool, lean: bool = False, exact: int = 0):
+        if exact is None:                       # DecodingConfig.rows before resolve
+            raise ValueError("exact mode's W waits on the drafter: resolve the config first.")
         self.target, self.layers, self.final, self.lean, self.exact = target, layers, final, lean, exact
 
     def __call__(self, ids, cache, logits_to_keep: int = 0, **inputs):
@@ -204,11 +206,11 @@ class Stopwatch:
 def exact_pass(target, input_ids, cache, layers: bool, final: bool, logits_to_keep: int,
                lean: bool, rows: int, attention_mask=None, position_ids=None):
     """``target_pass`` in exact mode (exact.py): a token's logits the same bits whichever pass
-    computes it. After the prefill every pass has ``rows`` rows, the real ones first and padding
-    after them (their keys cropped from the cache afterwards); attention is
-    ``exact.invariant_attention``; a batch runs one row at a time, each row's pass the one a batch
-    of one makes (its cache without the batch's holes), its new keys put back in the batch's
-    cache."""
+    computes it. After the prefill every pass has ``rows`` rows (W, one for the whole decode:
+    ``DecodingConfig.rows``), the real ones first and padding after them (their keys cropped
+    from the cache afterwards); attention is ``exact.invariant_attention``; a batch runs one row
+    at a time, each row's pass the one a batch of one makes (its cache without the batch's
+    holes), its new keys put back in the batch's cache."""
     N, T = input_ids.shape
     past = cache.get_seq_length()
     if N > 1:
@@ -218,9 +220,9 @@ def exact_pass(target, input_ids, cache, layers: bool, final: bool, logits_to_ke
         return exact.one_row_at_a_time(run, input_ids, cache, attention_mask, position_ids,
                                        logits_to_keep)
     if past and T > rows:
-        raise ValueError(f"exact mode runs every pass on {rows} rows, and this one has {T}: "
-                         f"use a block size of at most {rows}, or a tree of at most {rows - 1} "
-                         f"nodes.")
+        raise ValueError(f"exact mode runs every pass after the prefill on W = {rows} rows, and "
+                         f"this one has {T}: use W >= {T} (exact={T}, /exact:{T}), or exact=True "
+                         f"for the W of the block or tree.")
     pad = rows - T if past else 0
     ids, pos, mask = exact.padded(input_ids, past, pad, position_ids, attention_mask)
     keep = logits_to_keep if not pad else 0

@@ -22,9 +22,11 @@ stops. A drafter's ``decoding.json`` loads into one (``DecodingConfig.of(drafter
     record_steps    keep every step's drafts and the target's choices (a chain's)
     lean            the target's passes through lean.py (packed weights, one loop over the
                     layers; the same numbers): None where the target supports it, else off
-    exact           exact mode (exact.py): every target pass after the prefill EXACT_ROWS rows
-                    and an attention reduced in index order, so a token's logits are the same
-                    bits whichever pass computes it: greedy output equals plain/exact's
+    exact           exact mode (exact.py): every target pass after the prefill W rows and an
+                    attention reduced in index order, so a token's logits are the same bits
+                    whichever pass computes it: greedy output equals plain decoding's at the
+                    same W. True: W from the drafting (a chain's block B, a tree's nodes and
+                    root; EXACT_ROWS for plain decoding); an integer: W itself (``rows``)
 
 Two rules hold between fields. A tree has no cut and records no steps, so a call that asks for
 ``p_min`` or ``record_steps`` over a drafter's default tree gets a chain (``describe`` says so);
@@ -32,12 +34,18 @@ only a config that names a tree *and* a cut is refused. ``trust`` corrects a cos
 needs ``cost`` (a call that turns the cost off drops the trust with it). Block size 1 is plain
 decoding, which drafts nothing: a tree is dropped there.
 
-The text of a config (``str(config)``, ``DecodingConfig.parse``) is the bench's method names and
-the results files' keys: ``plain``, ``dflash[:B]``, ``tree[:B]/nN/topK``, then any of ``/pP``
-(the cut), ``/cost``, ``/trustW``, ``/T0.7`` (temperature), ``/argmax`` (fp32_ties off),
-``/steps`` (record_steps), ``/nolean`` (``/lean`` asks for it where a target could refuse; a
-config prints nothing for it on), ``/exact``. The length and the stops belong to the call and are not in the
-text.
+The text of a config (``str(config)``, ``DecodingConfig.parse``; decoding_text.py) is the bench's
+method names and the results files' keys: ``plain``, ``dflash[:B]``, ``tree[:B]/nN/topK``, then
+any of ``/pP`` (the cut), ``/cost``, ``/trustW``, ``/T0.7`` (temperature), ``/argmax`` (fp32_ties
+off), ``/steps`` (record_steps), ``/nolean`` (``/lean`` asks for it where a target could refuse;
+a config prints nothing for it on), ``/exact`` or ``/exact:W``. The length and the stops belong
+to the call and are not in the text.
+
+Exact mode's W. Two decodes give the same tokens only at the same W, so a decode keeps one W
+for every pass after the prefill, plain and speculative alike. ``exact=True`` takes it from the
+drafting: a chain of block B pays B rows, a tree of n nodes n + 1 (its root), plain decoding
+EXACT_ROWS; ``exact=W`` names it (``plain/exact:8`` is ``dflash:8/exact``'s partner), and a W
+smaller than the drafting's passes is refused. ``rows`` is the W a config gets.
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ from dataclasses import asdict, dataclass, fields, replace
 import numpy as np
 import torch
 
+from . import decoding_text
 from .verify_cost import VerifyCost, finite_number, whole_number
 
 # The smallest temperature sampled: logits / T must stay finite in fp32 (3.4e38) for any logit a
@@ -56,7 +65,7 @@ from .verify_cost import VerifyCost, finite_number, whole_number
 # a smaller T is refused with "use temperature=0" (greedy, the limit T -> 0).
 MIN_TEMPERATURE = 1e-4
 MAX_TREE_NODES = 128       # a verify pass over more nodes costs more than any path can repay
-EXACT_ROWS = 16            # W: exact mode's rows a pass, one for every decode so that all agree
+EXACT_ROWS = 16            # W of plain decoding in exact mode when none is named (the paper's B)
 TEXT_FIELDS = ("block_size", "p_min", "cost", "trust", "tree", "temperature", "fp32_ties",
                "record_steps", "lean", "exact")   # a method's text names these; the rest the call's
 FILE_FIELDS = ("block_size", "p_min", "cost", "trust", "tree", "temperature", "fp32_ties")
@@ -131,7 +140,7 @@ class DecodingConfig:
     fp32_ties: bool = True
     record_steps: bool = False
     lean: bool | None = None
-    exact: bool = False
+    exact: bool | int = False
 
     def __post_init__(self):
         object.__setattr__(self, "stop_token_ids", as_stop_ids(self.stop_token_ids))
@@ -141,7 +150,8 @@ class DecodingConfig:
             object.__setattr__(self, "tree", check_tree(self.tree))
         self.validate()
         for name, kind in (("max_new_tokens", int), ("block_size", int), ("p_min", float),
-                           ("trust", float), ("temperature", float)):
+                           ("trust", float), ("temperature", float),
+                           ("exact", bool if isinstance(self.exact, bool) else int)):
             value = getattr(self, name)         # numpy's numbers as Python's: JSON, str, ==
             if value is not None and type(value) is not kind:
                 object.__setattr__(self, name, kind(value))
@@ -171,9 +181,12 @@ class DecodingConfig:
         if 0 < t < MIN_TEMPERATURE:
             raise ValueError(f"temperature {t!r} is below {MIN_TEMPERATURE:g}, where logits / T "
                              f"overflow: use temperature=0 for greedy (the limit as T -> 0).")
-        for name in ("fp32_ties", "record_steps", "exact"):
+        for name in ("fp32_ties", "record_steps"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}.")
+        if not (isinstance(self.exact, bool) or _whole(self.exact) and self.exact >= 1):
+            raise ValueError(f"exact must be False, True (W from the drafting) or W, the rows of "
+                             f"every pass (an integer >= 1), got {self.exact!r}.")
         if not (self.lean is None or isinstance(self.lean, bool)):
             raise ValueError(f"lean must be True, False or None (where the target supports it), "
                              f"got {self.lean!r}.")
@@ -182,19 +195,35 @@ class DecodingConfig:
             raise ValueError(f"{which} with tree={self.tree!r}: p_min and record_steps are a "
                              f"chain's: a tree has no cut and records no steps. Pass tree=False "
                              f"with them (a drafter's default tree gives way to them by itself).")
-        if self.exact and b is not None and b > EXACT_ROWS:
-            raise ValueError(f"exact mode runs every pass on {EXACT_ROWS} rows: block_size {b} "
-                             f"does not fit; use a block size of at most {EXACT_ROWS}.")
-        if self.exact and isinstance(self.tree, dict) and self.tree["node_budget"] >= EXACT_ROWS:
-            raise ValueError(f"exact mode runs every pass on {EXACT_ROWS} rows: a tree of "
-                             f"{self.tree['node_budget']} nodes and its root do not fit; use at "
-                             f"most {EXACT_ROWS - 1} nodes.")
+        need, what = self.drafting() or (1, "")
+        if self.exact is not True and self.exact and self.exact < need:
+            raise ValueError(f"exact mode on W = {self.exact} rows a pass: {what} takes {need}; "
+                             f"use exact={need} or more (/exact:{need}), or exact=True (W from "
+                             f"the drafting).")
+
+    def __eq__(self, other) -> bool:        # exact=True (W from the drafting) is not exact=1
+        return (type(other) is type(self) and type(self.exact) is type(other.exact)
+                and all(getattr(self, f.name) == getattr(other, f.name) for f in fields(self)))
+
+    def drafting(self) -> tuple[int, str] | None:
+        """(rows, in words) of a verify pass of this drafting: a chain's block, a tree's nodes
+        and root, plain decoding's token; None while the block or tree is the drafter's."""
+        B, tree = self.block_size, self.tree
+        if B == 1:
+            return 1, "plain decoding's token"
+        if isinstance(tree, dict):
+            return tree["node_budget"] + 1, f"a tree of {tree['node_budget']} nodes and its root"
+        return None if B is None or tree is True else (B, f"the chain's block of {B}")
 
     @property
-    def rows(self) -> int:
-        """The rows of every target pass after the prefill: EXACT_ROWS in exact mode, else 0
-        (each pass its own)."""
-        return EXACT_ROWS if self.exact else 0
+    def rows(self) -> int | None:
+        """W: the rows of every target pass after the prefill in exact mode, else 0 (each pass
+        its own). The W named, or the drafting's (``drafting``; plain decoding: EXACT_ROWS); None
+        while the drafter decides it (``resolve`` first)."""
+        if self.exact is not True:
+            return int(self.exact)
+        need = self.drafting()
+        return None if need is None else EXACT_ROWS if self.block_size == 1 else need[0]
 
     # -- where a config comes from ------------------------------------------------------------
     @classmethod
@@ -235,99 +264,17 @@ class DecodingConfig:
             out = replace(out, tree=None)
         return out
 
-    # -- the text: bench methods, results files ------------------------------------------------
+    # -- the text: bench methods, results files (decoding_text.py) ------------------------------
     def __str__(self) -> str:
-        B = "" if self.block_size is None else f":{self.block_size}"
-        if self.block_size == 1:
-            text = "plain"
-        elif self.tree is True:
-            text = f"tree{B}"
-        elif self.tree:
-            text = f"tree{B}/n{self.tree['node_budget']}/top{self.tree['top_k']}"
-        else:
-            text = f"dflash{B}"
-        text += f"/p{self.p_min:g}" if self.p_min else ""
-        text += "/cost" if self.cost else ""
-        text += f"/trust{self.trust:g}" if self.trust is not None else ""
-        text += f"/T{self.temperature:g}" if self.temperature else ""
-        text += "" if self.fp32_ties else "/argmax"
-        text += "/steps" if self.record_steps else ""
-        text += "/nolean" if self.lean is False else ""           # lean on: the default, unsaid
-        return text + ("/exact" if self.exact else "")
+        return decoding_text.text_of(self)
 
     @classmethod
     def parse(cls, text: str, **call) -> "DecodingConfig":
         """``str(config)`` back into a config: 'dflash:16/p0.3' -> block_size 16, p_min 0.3.
         ``call``: fields over the text's: those it does not name are applied (max_new_tokens,
         stop_token_ids, a block size for 'dflash'), one it names with another value is an error,
-        and so is an option named twice."""
-        if not isinstance(text, str):
-            raise TypeError(f"parse takes a decoding's text such as 'dflash:16/p0.3', got "
-                            f"{type(text).__name__} {text!r}.")
-        head, *opts = text.split("/")
-        kind, colon, B = head.partition(":")
-        why = ("" if kind not in ("dflash", "tree") or not colon
-               else f" (no block size after {kind + ':'!r}: {kind}:16, or {kind} for the "
-                    f"drafter's)" if not B
-               else f" ({B!r} is not a block size: ASCII digits, e.g. {kind}:16)"
-               if not (B.isascii() and B.isdigit()) else "")
-        if kind not in ("plain", "dflash", "tree") or why or (kind == "plain" and colon):
-            raise ValueError(f"{text!r} is not a decoding{why}: plain, dflash[:B] or "
-                             f"tree[:B]/nN/topK, then /pP /cost /trustW /T<temperature> /argmax "
-                             f"/steps /lean /nolean /exact as wanted.")
-        f = {"block_size": 1} if kind == "plain" else {"block_size": int(B)} if B else {}
-        if kind == "dflash":
-            f["tree"] = None                            # a chain
-        tree, named = {}, {}
-        for opt in opts:
-            key = next((k for k in ("cost", "argmax", "steps", "trust", "top", "p", "nolean",
-                                    "n", "lean", "exact", "T") if opt.startswith(k)), None)
-            value = opt[len(key or ""):]
-            try:
-                if not value.isascii():          # float() reads other scripts' digits too
-                    raise ValueError(value)
-                if key in ("lean", "nolean") and not value:
-                    name, v = "lean", key == "lean"
-                elif key in ("cost", "argmax", "steps", "exact") and not value:
-                    name = {"cost": "cost", "argmax": "fp32_ties", "steps": "record_steps",
-                            "exact": "exact"}[key]
-                    v = key != "argmax"
-                elif key in ("n", "top"):
-                    name, v = "node_budget" if key == "n" else "top_k", int(value)
-                else:
-                    name = {"trust": "trust", "p": "p_min", "T": "temperature"}[key]
-                    v = float(value)
-            except (KeyError, ValueError):
-                raise ValueError(f"{text!r}: option {opt!r} is not one of pP (the cut), cost, "
-                                 f"trustW, nN and topK (a tree), T<temperature>, argmax, "
-                                 f"steps, lean, nolean, exact.") from None
-            if name in named:
-                raise ValueError(f"{text!r}: options {named[name]!r} and {opt!r} both set "
-                                 f"{name}: give each option once.")
-            named[name] = opt
-            (tree if name in ("node_budget", "top_k") else f)[name] = v
-        if tree and kind != "tree":
-            raise ValueError(f"{text!r}: /nN and /topK are a tree's: tree:B/nN/topK.")
-        if kind == "tree":
-            if tree and set(tree) != {"node_budget", "top_k"}:
-                raise ValueError(f"{text!r}: a tree names both its nodes and its candidates, "
-                                 f"e.g. tree:8/n15/top8 (or neither: the drafter's tree).")
-            f["tree"] = tree or True
-        unknown = set(call) - {x.name for x in fields(cls)}
-        if unknown:
-            raise TypeError(f"unknown decoding settings {sorted(unknown)}: the fields of "
-                            f"DecodingConfig are {[x.name for x in fields(cls)]}.")
-        same = lambda k, v: (v is f[k] or (v is False and f[k] is None) if k == "tree"
-                             and not isinstance(v, dict) else v == f[k])
-        clash = {k: v for k, v in call.items() if k in f and v is not None and not same(k, v)}
-        if clash:
-            raise ValueError(f"{text!r} sets {', '.join(f'{k}={f[k]!r}' for k in clash)}, and the "
-                             f"call gives {', '.join(f'{k}={v!r}' for k, v in clash.items())}: "
-                             f"say it once (in the text, or as a keyword over a text without it).")
-        try:
-            return cls(**{**call, **f})
-        except ValueError as e:
-            raise ValueError(f"{text!r}: {e}") from None
+        and so is an option named twice (``decoding_text.parse``)."""
+        return decoding_text.parse(cls, text, **call)
 
     # -- decoding.json -------------------------------------------------------------------------
     def to_file(self, costs: dict | None = None) -> dict:
@@ -409,6 +356,7 @@ class DecodingConfig:
     def describe(self, target=None, drafter=None, batch: bool = False) -> str:
         """What one step does, in words; with the target and drafter, what this call runs:
         their block size and tree, the cost curve it prices on, whether ties are decided."""
+        from . import prices
         from .verify_cost import for_threads
         c = self.resolve(drafter, batch) if drafter is not None else self
         B, default = c.block_size, DecodingConfig.of(drafter) if drafter is not None else None
@@ -433,10 +381,12 @@ class DecodingConfig:
             curve = ""
             if isinstance(c.cost, VerifyCost):
                 curve = " (the curve given)"
-            elif target is not None and decoding_of(drafter)[1]:
-                key = for_threads(decoding_of(drafter)[1], dtype=target.dtype, key=True)
-                curve = (f" (the drafter's {key[0] or 'dtype-free'} curve at "
-                         f"{key[1] or 'any'} thread(s))")
+            elif target is not None:
+                costs, where = prices.costs_for(target, drafter, decoding_of(drafter)[1])
+                if costs:
+                    key = for_threads(costs, dtype=target.dtype, key=True)
+                    curve = (f" (the {key[0] or 'dtype-free'} curve at {key[1] or 'any'} "
+                             f"thread(s), {where})")
             what += (f"; keep as many drafts as pay on the measured verify curve{curve}, and "
                      f"skip the drafter after steps where none pays")
         if c.temperature:
@@ -448,8 +398,14 @@ class DecodingConfig:
                                " (fp32 logits: no ties to decide)" if head == torch.float32 else
                                "" if c.fp32_ties or head is None else " (argmax as rounded)")
         if c.exact:
-            what += (f"; exact mode: every pass after the prefill {EXACT_ROWS} rows, attention "
-                     f"summed in index order (the output is plain/exact's)")
+            W, (need, why) = c.rows, c.drafting() or (None, "")
+            why = ("the W named" + (f" ({why} takes {need})" if (need or 1) > 1 else "")
+                   if c.exact is not True else "plain decoding's default W, EXACT_ROWS "
+                   "(/exact:W names another)" if need == 1 else why)
+            rows = f"{W} rows: {why}" if W else "W rows, as the drafter's block or tree takes"
+            what += (f"; exact mode: every pass after the prefill {rows}; attention summed in "
+                     f"index order (the output is plain decoding's at the same W"
+                     f"{f', plain/exact:{W}' if W else ''})")
         return (f"{what}; the target's choice {pick}; at most {c.max_new_tokens} new tokens"
                 f"{', stopping at ' + str(list(c.stop_token_ids)) if c.stop_token_ids else ''}.")
 

@@ -31,7 +31,6 @@ from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
-from einops import rearrange
 from transformers import DynamicCache
 
 KEY_BLOCK = 64            # C: keys a block; the blocks start at key 0, C, 2C, ...
@@ -44,9 +43,11 @@ class Seen:
     once a layer). mask as ``invariant_attention`` takes it; N sequences, T rows, L keys.
 
     see (N, T, nb*C): row t may see column c (False past L); count (N, T): keys a row sees;
-    chain: every row sees a prefix of the columns (dense position = column); first: the first
-    block holding a key some row may not see (the blocks before it need no mask); hide
-    (N, 1, nb - first, 1, T, C): the keys to hide in those blocks, laid out as the scores are.
+    keys (N, T, nb*C): the keys it sees up to column c; lead (N, T): the columns it sees before
+    the first it may not (up to there a key's dense position is its column); chain: every row
+    sees a prefix of the columns (lead = count); first: the first block holding a key some row
+    may not see (the blocks before it need no mask); hide (N, 1, nb - first, 1, T, C): the keys
+    to hide in those blocks, laid out as the scores are.
     """
 
     def __init__(self, mask, N: int, T: int, L: int, device, block: int = KEY_BLOCK):
@@ -57,38 +58,75 @@ class Seen:
             mask = mask == 0
         self.see = F.pad(mask[:, 0].expand(N, T, L), (0, nb * C - L))
         self.count = self.see.sum(-1)
-        self.chain = bool((self.see == (torch.arange(nb * C, device=device)
-                                        < self.count[..., None])).all())
+        self.keys = self.see.cumsum(-1)
+        self.lead = (self.keys == torch.arange(1, nb * C + 1, device=device)).sum(-1)
+        self.chain = bool((self.lead == self.count).all())
         hidden = ~self.see.view(N, T, nb, C)
         blocks = hidden.any(-1).any(1).any(0).nonzero()                 # blocks with a hidden key
         self.first = int(blocks[0]) if len(blocks) else nb
         self.hide = hidden[:, :, self.first:].transpose(1, 2)[:, None, :, None].contiguous()
         self.shape = (N, T, L, C)
-        self._tails = {}
+        self._plans = {}
 
-    def tail(self, G: int) -> SimpleNamespace:
-        """Where each row's last two blocks are, for a pass whose rows are not a chain's (G query
-        heads a key head): cols (N, T, 2C) the column of each of those blocks' dense positions,
-        hide (N, T, 2C) the positions past the row's own key (or before key 0), at (N, 1, 2, G*T)
-        the blocks they are, none (N, 1, 2, G*T) a first one that does not exist (block -1),
-        after (N, 1, nb, G*T) the blocks from those two on, whose chain sums are replaced."""
-        if G not in self._tails:
-            see, count, (N, T, L, C) = self.see, self.count, self.shape
-            nb, dev = see.shape[-1] // C, see.device
-            last = (count - 1) // C                                      # (N, T) own key's block
-            dense = (last[..., None] - 1) * C + torch.arange(2 * C, device=dev)   # (N, T, 2C)
-            cols = torch.searchsorted(see.cumsum(-1, dtype=torch.int32),  # the column of each
-                                      (dense + 1).clamp(min=1).to(torch.int32)).clamp(max=nb * C - 1)
-            rows = lambda x: x.expand(N, 1, x.shape[2], G, T).reshape(N, 1, x.shape[2], G * T)
-            before = torch.arange(nb, device=dev) < last[..., None] - 1  # (N, T, nb)
-            at = (last[:, None] - 1 + torch.arange(2, device=dev)[:, None]).clamp(min=0)
-            self._tails[G] = SimpleNamespace(
-                cols=cols, hide=(dense < 0) | (dense >= count[..., None]),
-                at=rows(at[:, None, :, None]),
-                none=rows(torch.stack([last == 0, torch.zeros_like(last, dtype=torch.bool)],
-                                      1)[:, None, :, None]),
-                after=rows(~before.transpose(1, 2)[:, None, :, None]))
-        return self._tails[G]
+    def gathers(self, G: int, Hk: int) -> SimpleNamespace:
+        """The products a pass needs besides its own, for the rows that do not see a prefix of the
+        columns (a tree's nodes; G query heads a key head, Hk key heads). From the block of its
+        first gap (``lead``) on, such a row's keys sit at dense positions other than their
+        columns, so there its block sums come from products over its keys gathered in dense
+        order. A row whose keys are the first keys of another's (in a tree: an ancestor's, of a
+        descendant's) takes that row's products, its keys past its own hidden: one product a
+        *leader* (of the rows whose keys begin with the row's, the one seeing most) and block.
+
+        P products, serving S rows, G query rows a row (g*T + t), Hk heads a query row:
+        rows (S*G*Hk,): where each sits among the products' rows (P*Hk*G*T, flat); at (S*G*Hk,):
+        where its block sums go among the pass's (N*Hk*nb*G*T); p_at (S*G*Hk, C): where its
+        probabilities of the block lie in the pass's (N, Hk, nb, G*T, C), flat (past its own
+        key: its first gap, a zero); v_at (P*Hk*C,): the value rows (of N*Hk*nb*C) each product
+        takes; replaced (N, 1, nb - first, 1, T, 1): the blocks whose sums the products replace.
+        """
+        if (G, Hk) in self._plans:
+            return self._plans[G, Hk]
+        see, count, lead, (N, T, _, C) = self.see, self.count, self.lead, self.shape
+        nb, dev = see.shape[-1] // C, see.device
+        gap = lead < count                                                        # (N, T)
+        c0 = int(lead[gap].min())          # those rows all see the columns before c0: compare
+        part = see[..., c0:]                                                      # the rest
+        last = torch.searchsorted(self.keys, count[..., None].clamp(min=1)) - c0    # own key
+        upto = torch.arange(part.shape[-1], device=dev) <= last                   # (N, T, .)
+        begins = (part[:, :, None] == (part[:, None] & upto[:, :, None])).all(-1)  # (N, a, t)
+        begins &= (lead >= c0)[:, None]                   # a's keys are the first keys of t's
+        rank = count[:, None, :] * T + torch.arange(T - 1, -1, -1, device=dev)    # most keys
+        leader = torch.where(begins, rank, -1).argmax(-1).tolist()                # (N, T)
+        lead_, count_ = lead.tolist(), count.tolist()
+        led, products, served = {}, [], []    # (n, leader): rows; (n, leader, b); (product, row)
+        for n, t in gap.nonzero().tolist():
+            led.setdefault((n, leader[n][t]), []).append(t)
+        replaced = [[[False] * T for _ in range(nb)] for _ in range(N)]          # (N, nb, T)
+        for (n, l), rows in led.items():
+            start = min(lead_[n][t] for t in rows) // C                  # >= first: a gap there
+            for b in range(start, nb):
+                for t in rows:
+                    replaced[n][b][t] = True
+            for b in range(start, (count_[n][l] - 1) // C + 1):
+                served += [(len(products), t) for t in rows]
+                products.append((n, l, b))
+        n, l, b = torch.tensor(products, device=dev).unbind(1)                   # (P,)
+        dense = b[:, None] * C + torch.arange(C, device=dev)                      # (P, C)
+        cols = torch.searchsorted(self.keys[n, l], dense + 1).clamp(max=nb * C - 1)
+        i, t = torch.tensor(served, device=dev).unbind(1)                         # (S,)
+        r = (torch.arange(G, device=dev)[:, None] * T + t).reshape(-1)            # (S*G,) g*T + t
+        i, t = i.repeat(G), t.repeat(G)
+        col = torch.where(dense[i] < count[n[i], t][:, None], cols[i],            # past its key:
+                          lead[n[i], t][:, None])                                 # its first gap
+        i, r, h = i[:, None], r[:, None], torch.arange(Hk, device=dev)           # (S*G, Hk)
+        block = ((n[i] * Hk + h) * nb)[..., None] + col[:, None] // C            # (S*G, Hk, C)
+        self._plans[G, Hk] = SimpleNamespace(
+            P=len(products), rows=((i * Hk + h) * (G * T) + r).reshape(-1),
+            at=(((n[i] * Hk + h) * nb + b[i]) * (G * T) + r).reshape(-1),
+            p_at=((block * (G * T) + r[..., None]) * C + col[:, None] % C).reshape(-1, C),
+            v_at=((n[:, None, None] * Hk + h[:, None]) * (nb * C) + cols[:, None]).reshape(-1),
+            replaced=torch.tensor(replaced, device=dev)[:, None, self.first:, None, :, None])
+        return self._plans[G, Hk]
 
 
 @torch.profiler.record_function(ATTENTION)
@@ -102,13 +140,14 @@ def invariant_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask,
     (N, T, H, D) in q's dtype, as transformers' attention functions return it.
 
     A row's keys, the columns it sees in column order, are numbered 0, 1, ... (its *dense*
-    positions; the last is its own). Block b holds dense positions bC .. bC + C - 1; a block's
-    partial sums are one (G*T, C) x (C, D) product for all rows, and a row adds its blocks in
-    order. A chain's rows see a prefix of the columns, so dense position = column: the blocks are
-    the columns'. A tree's node sees the cache, then its ancestors and itself scattered over the
-    pass's columns, all within its last two blocks: those two are gathered by dense position and
-    taken through the same product, one for each row, so its bits are those of a chain's row
-    with the same keys.
+    positions; the last is its own). Block b holds dense positions bC .. bC + C - 1; each block's
+    partial sums are one (G*T, C) x (C, D) product, and a row adds its blocks in order. Where a
+    row sees a prefix of the columns (a chain's rows, the cache), dense position = column, and
+    one batched product over the pass's column blocks serves every row. A tree's node sees the
+    cache, then its ancestors and itself scattered over the pass's columns: from its first gap
+    on (its last one or two blocks) its keys are gathered in dense order and taken through a
+    product of the same shape (``gathered_blocks``), so its bits are those of a chain's row with
+    the same keys.
     """
     N, H, T, D = q.shape
     Hk, L = k.shape[1], k.shape[2]
@@ -119,21 +158,30 @@ def invariant_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask,
         raise ValueError(f"seen was worked out for (N, T, L, block) {seen.shape}, and this call "
                          f"has {(N, T, L, C)}: make one Seen a pass, from that pass's mask.")
     kb, vb = (padded_keys(x, nb, C) for x in (k, v))                   # (N, Hk, nb, C, D) fp32
-    s = (q.float().reshape(N, Hk, 1, R, D) @ kb.transpose(-1, -2)).mul_(scaling)  # (.., nb, R, C)
+    qb = q.float().reshape(N, Hk, 1, R, D).expand(N, Hk, nb, R, D)      # the same rows a block
+    s = torch.matmul(qb, kb.transpose(-1, -2)).mul_(scaling)            # (N, Hk, nb, R, C)
     s = s.view(N, Hk, nb, G, T, C)
     s[:, :, seen.first:].masked_fill_(seen.hide, float("-inf"))
-    p = s.sub_(s.amax(-1, keepdim=True).amax(2, keepdim=True)).exp_()  # unseen: 0 (max is exact)
+    p = s.sub_(s.amax((2, -1), keepdim=True)).exp_()                    # unseen: 0 (max is exact)
+    plan = None if seen.chain else seen.gathers(G, Hk)
+    if plan is not None:                                                # a tree's pass
+        o_g, l_g = gathered_blocks(p.view(N, Hk, nb, R, C), vb, plan)
+        p[:, :, seen.first:].masked_fill_(plan.replaced, 0.0)
     p = p.view(N, Hk, nb, R, C)
     l_b, o_b = p.sum(-1), p @ vb                                         # (N, Hk, nb, R), (.., D)
-    if not seen.chain:
-        l_b, o_b = last_two_blocks(p, vb, seen, l_b, o_b, G)             # a tree's pass
+    if plan is not None:                                                # the gathered in their place
+        l_b.view(-1).index_copy_(0, plan.at, l_g.view(-1).index_select(0, plan.rows))
+        o_b.view(-1, D).index_copy_(0, plan.at, o_g.view(-1, D).index_select(0, plan.rows))
     l, o = in_order(l_b), in_order(o_b)                                  # (N, Hk, R), (.., D)
     return (o / l[..., None]).reshape(N, H, T, D).transpose(1, 2).to(q.dtype)
 
 
 def padded_keys(x: torch.Tensor, nb: int, C: int) -> torch.Tensor:
-    """x (N, Hk, L, D) in fp32 with zeros after it, as nb blocks of C keys: (N, Hk, nb, C, D)."""
+    """x (N, Hk, L, D) in fp32 with zeros after it, as nb blocks of C keys: (N, Hk, nb, C, D) (x
+    itself where it is all that already)."""
     N, Hk, L, D = x.shape
+    if x.dtype == torch.float32 and L == nb * C and x.is_contiguous():
+        return x.view(N, Hk, nb, C, D)
     out = torch.empty(N, Hk, nb * C, D, dtype=torch.float32, device=x.device)
     out[:, :, :L] = x
     out[:, :, L:] = 0.0
@@ -143,36 +191,23 @@ def padded_keys(x: torch.Tensor, nb: int, C: int) -> torch.Tensor:
 def in_order(x: torch.Tensor) -> torch.Tensor:
     """x (N, Hk, nb, ...) summed over its blocks one after the other: ((x0 + x1) + x2) + ...
     (a block of zeros after a row's last leaves its sum as it was)."""
-    out = x[:, :, 0].clone()
-    for b in range(1, x.shape[2]):
-        out += x[:, :, b]
+    first, *rest = x.unbind(2)
+    out = first.clone()
+    for b in rest:
+        out += b
     return out
 
 
-def last_two_blocks(p, vb, seen: Seen, l_b, o_b, G: int):
-    """The block sums of a pass whose rows do not see a prefix of the columns: each row's last
-    two blocks by its dense positions (its keys gathered in order), through the (G*T, C) x (C, D)
-    product of every other block, one product a row; the blocks after them zero."""
-    N, Hk, nb, R, C = p.shape
-    T, D = R // G, vb.shape[-1]
-    tail = seen.tail(G)
-    rows = rearrange(p, "N h b (g t) c -> N h g t (b c)", g=G)
-    p_tail = rows.gather(-1, tail.cols[:, None, None].expand(N, Hk, G, T, 2 * C))
-    p_tail = p_tail.masked_fill_(tail.hide[:, None, None], 0.0).view(N, Hk, G, T, 2, C)
-    keys = vb.view(N, Hk, nb * C, D)                                     # row t's keys, in order:
-    v_tail = (keys[:, :, tail.cols[0].reshape(-1)] if N == 1 else       # (N, Hk, T, 2, C, D)
-              torch.stack([keys[n][:, tail.cols[n].reshape(-1)] for n in range(N)]))
-    a = p_tail.new_zeros(N, Hk, T, 2, G, T, C)                           # row t's product: its rows
-    a.diagonal(dim1=2, dim2=5).copy_(rearrange(p_tail, "N h g t k c -> N h k g c t"))
-    out = a.view(N, Hk, T, 2, R, C) @ v_tail.view(N, Hk, T, 2, C, D)     # (N, Hk, T, 2, R, D)
-    out = out.view(N, Hk, T, 2, G, T, D).diagonal(dim1=2, dim2=5)        # (N, Hk, 2, G, D, T)
-    o_tail = rearrange(out, "N h k g D t -> N h k (g t) D")
-    l_tail = rearrange(p_tail.sum(-1), "N h g t k -> N h k (g t)")
-    at = tail.at.expand(N, Hk, 2, R)
-    l_b = l_b.masked_fill(tail.after, 0.0).scatter_add(2, at, l_tail.masked_fill(tail.none, 0.0))
-    o_b = o_b.masked_fill(tail.after[..., None], 0.0).scatter_add(
-        2, at[..., None].expand(N, Hk, 2, R, D), o_tail.masked_fill(tail.none[..., None], 0.0))
-    return l_b, o_b
+def gathered_blocks(p, vb, plan):
+    """The block sums of ``Seen.gathers``' products: each one its leader's keys of a block in
+    dense order, through the (G*T, C) x (C, D) product of every other block, with the rows it
+    serves filled (the rest zero). p (N, Hk, nb, G*T, C) and vb (N, Hk, nb, C, D) as in
+    ``invariant_attention``; returns o (P, Hk, G*T, D) and l (P, Hk, G*T)."""
+    Hk, R, C, D = p.shape[1], p.shape[3], p.shape[4], vb.shape[-1]
+    a = p.new_zeros(plan.P, Hk, R, C)
+    a.view(-1, C).index_copy_(0, plan.rows, p.reshape(-1).take(plan.p_at))
+    values = vb.reshape(-1, D).index_select(0, plan.v_at).view(plan.P, Hk, C, D)
+    return a @ values, a.sum(-1)
 
 
 def transformers_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,

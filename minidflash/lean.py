@@ -67,26 +67,48 @@ def supports(model) -> str | None:
     return None
 
 
+PACK_ROWS = 16        # the rows MKL's fp32 packing is laid out for; it serves passes of any size
+
+
 def native_packing(weight: torch.Tensor) -> bool:
     """Is a bf16 weight on a CPU with native bf16 (oneDNN packs it, with the same results)?"""
     return (weight.device.type == "cpu" and weight.dtype == torch.bfloat16
             and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()))
 
 
+def mkl_packing(weight: torch.Tensor) -> bool:
+    """Is an fp32 weight on a CPU whose torch has MKL (which packs it once for every pass)?"""
+    return (weight.device.type == "cpu" and weight.dtype == torch.float32
+            and torch.backends.mkl.is_available() and PACK_FP32)
+
+
+PACK_FP32 = True      # fp32 through MKL's packed products (False: F.linear, transformers' bits)
+
+
 class Projection:
     """Several ``nn.Linear`` that read the same input: ``self(x)`` is their outputs, in order (a
-    tuple when there are several). Where oneDNN packs the weights (bf16 on a CPU with bf16
-    units) they are one packed matrix, a second copy of the weights made once; elsewhere each
-    product reads its module's own weight through ``F.linear``, with no copy."""
+    tuple when there are several), from one matrix of their weights, packed once: a second copy
+    of the weights. bf16 on a CPU with bf16 units: packed by oneDNN, bit-identical to
+    transformers' calls. fp32: packed by MKL (``packed == "mkl"``): ``F.linear`` re-lays its
+    weight out on every call of more than one row (a 2-token pass cost 1.9 one-token passes on
+    a CPU held to AVX2, data/results/verify_curve_smollm2_fp32_avx2*.json), the packed product
+    does not, and rounds differently (within 1e-5 of it: tests/test_lean.py). Elsewhere (bf16
+    without bf16 units, float16) each product reads its module's own weight through
+    ``F.linear``, with no copy."""
 
     def __init__(self, *linears: torch.nn.Linear):
         self.sizes = [lin.out_features for lin in linears]
-        self.packed = native_packing(linears[0].weight)
+        w0 = linears[0].weight
+        self.packed = "onednn" if native_packing(w0) else "mkl" if mkl_packing(w0) else None
         if self.packed:
-            weight = torch.cat([lin.weight.detach() for lin in linears])      # (sum out, in)
+            weight = (torch.cat([lin.weight.detach() for lin in linears]) if len(linears) > 1
+                      else linears[0].weight.detach())                  # (sum out, in)
             biases = [lin.bias for lin in linears]
             self.bias = None if biases[0] is None else torch.cat([b.detach() for b in biases])
-            self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, 1)
+            self.plain = weight                           # MKL's call reads the unpacked too
+            self.weight = (torch.ops.mkldnn._reorder_linear_weight(weight, 1)
+                           if self.packed == "onednn" else
+                           torch.ops.mkl._mkl_reorder_linear_weight(weight, PACK_ROWS))
         else:
             self.parts = [(lin.weight, lin.bias) for lin in linears]
 
@@ -94,8 +116,11 @@ class Projection:
         if not self.packed:
             ys = [F.linear(x, w, b) for w, b in self.parts]
             return ys[0] if len(ys) == 1 else ys
-        y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.shape[-1]), self.weight,
-                                               self.bias, "none", [], "")
+        rows = x.reshape(-1, x.shape[-1])
+        if self.packed == "mkl":
+            y = torch.ops.mkl._mkl_linear(rows, self.weight, self.plain, self.bias, rows.shape[0])
+        else:
+            y = torch.ops.mkldnn._linear_pointwise(rows, self.weight, self.bias, "none", [], "")
         y = y.view(*x.shape[:-1], y.shape[-1])
         return y.split(self.sizes, -1) if len(self.sizes) > 1 else y
 

@@ -15,6 +15,7 @@ import torch
 
 from .core.drafter import DFlashDrafter
 from .checkpoints import check_fits
+from . import prices
 from .lean import supports
 from .decoding_config import DecodingConfig, decoding_of
 from .verify_cost import VerifyCost, for_threads
@@ -93,17 +94,19 @@ def check_models(target, drafter) -> None:
 
 
 def cost_of(target, drafter, cfg: DecodingConfig) -> VerifyCost | bool:
-    """The cost model of a call: the drafter's curve for the target's dtype and torch's thread
-    count (cost=True), the one given, or False; ``trust`` set on it when the config names one."""
+    """The cost model of a call: for cost=True the curve of the target's dtype and torch's thread
+    count, measured on this CPU where it was (prices.py), else the drafter's; the one given; or
+    False; ``trust`` set on it when the config names one."""
     if cfg.block_size == 1 or not cfg.cost:
         return False
     cost = cfg.cost
     if not isinstance(cost, VerifyCost):
-        if not decoding_of(drafter)[1]:
-            raise ValueError("cost=True prices verify lengths on the drafter's measured curve, "
-                             "and its decoding.json carries none: `python -m minidflash budget "
-                             "curve`, then `budget cost`, or pass a VerifyCost.")
-        cost = for_threads(decoding_of(drafter)[1], dtype=target.dtype)
+        costs, _ = prices.costs_for(target, drafter, decoding_of(drafter)[1])
+        if not costs:
+            raise ValueError("cost=True prices verify lengths on a measured curve, and neither "
+                             "this CPU (`python -m minidflash budget machine`) nor the drafter's "
+                             "decoding.json has one: measure it, or pass a VerifyCost.")
+        cost = for_threads(costs, dtype=target.dtype)
     return cost if cfg.trust is None else replace(cost, trust_weight=cfg.trust)
 
 

@@ -1,6 +1,12 @@
 import os
+import tempfile
 
 import torch
+
+# A decode prices its steps on this CPU's measured curves where `budget machine` kept some
+# (minidflash/prices.py): the tests and notebooks read an empty cache of their own instead, so a
+# reader's measurements never change what they print.
+os.environ["MINIDFLASH_PRICES"] = tempfile.mkdtemp(prefix="minidflash-prices-")
 
 if not torch.cuda.is_available():  # run Triton kernels through the CPU interpreter
     os.environ.setdefault("TRITON_INTERPRET", "1")

@@ -140,7 +140,8 @@ def test_method_names_are_checked():
 
 def test_draft_cost_covers_every_drafter_and_length(tiny):
     target, _ = tiny
-    cost = methods.draft_cost(target, context=32, max_tokens=3, repeats=1, dflash_layers=(1, 2))
+    from minidflash.tools.measure.draft_cost import draft_cost
+    cost = draft_cost(target, context=32, max_tokens=3, repeats=1, dflash_layers=(1, 2))
     assert set(cost["ms"]) == {"AR (1 layer)", "DFlash (1 layer)", "DFlash (2 layers)"}
     assert all(len(v) == 3 and min(v) > 0 for v in cost["ms"].values())
 

@@ -1,10 +1,14 @@
 """Exact mode's attention (minidflash/exact.py): the attention it computes, and the property it
 exists for: row j of a W-row pass is the same bits as row 0 of a W-row pass (the token, then
 padding) that computes the same token after the same cache, in fp32 and bf16, through
-transformers' forward and the lean pass; with SDPA in its place the rows part."""
+transformers' forward and the lean pass; with SDPA in its place the rows part. Then the decode
+loops: W follows the drafting (a chain's block, a tree's nodes and root, 16 for plain decoding,
+or the W named), every pass after the prefill has W rows, and every decoding equals plain
+decoding at its W, token for token."""
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -77,7 +81,7 @@ def test_one_seen_a_pass_is_each_calls(T, L):
         invariant_attention(q, k[:, :, 1:], v[:, :, 1:], None, 0.3, seen=seen)
 
 
-def rows_identical(target, run, prompt_len=13):
+def rows_identical(target, run, prompt_len=13, W=W):
     """How many of W rows of one W-row pass equal row 0 of a padded W-row pass at the same
     position after the same cache (cropped from the first pass's), bit for bit."""
     from transformers import DynamicCache
@@ -129,6 +133,13 @@ def test_rows_are_the_same_bits_through_transformers_forward(target):
 
 def test_rows_are_the_same_bits_through_the_lean_pass(target):
     assert rows_identical(target, lean_with(target, True)) == W
+
+
+@pytest.mark.parametrize("w", [4, 8])
+def test_rows_are_the_same_bits_at_other_ws(target, w):
+    """The property at the W of a chain of 4 and of 8 (padding to w rows, not to 16)."""
+    assert rows_identical(target, lean_with(target, True), W=w) == w
+    assert rows_identical(target, forward_with(target, exact.register()), W=w) == w
 
 
 def test_sdpa_in_its_place_parts_them(target, monkeypatch):
@@ -196,24 +207,34 @@ def shipped(request):
     return target, load_drafter(target=target), prompts
 
 
-METHODS = {"dflash": {}, "dflash:4": {"block_size": 4}, "dflash:8": {"block_size": 8},
-           "tree n15/top8": {"tree": {"node_budget": 15, "top_k": 8}},
-           "dflash, transformers' forward": {"lean": False},
-           "tree n7/top4, transformers' forward": {"lean": False,
-                                                   "tree": {"node_budget": 7, "top_k": 4}}}
+# name: (the decoding's fields, its W); exact=True unless a W is named
+METHODS = {"dflash": ({}, 16), "dflash:4": ({"block_size": 4}, 4),
+           "dflash:8": ({"block_size": 8}, 8),
+           "dflash:4 at W 16": ({"block_size": 4, "exact": 16}, 16),
+           "dflash:4 at W 8": ({"block_size": 4, "exact": 8}, 8),
+           "tree n15/top8": ({"tree": {"node_budget": 15, "top_k": 8}}, 16),
+           "dflash, transformers' forward": ({"lean": False}, 16),
+           "tree n7/top4, transformers' forward": ({"lean": False,
+                                                    "tree": {"node_budget": 7, "top_k": 4}}, 8)}
 
 
 def test_every_decoding_is_plain_decoding_token_for_token(shipped):
-    """Greedy: chain at 16, 4 and 8, trees, the lean pass and transformers' forward, all the
-    same tokens as plain decoding in exact mode, in bf16 as in fp32 (the lossless tests' bf16
-    twin: there the arithmetic is not exact, and exact mode makes it agree)."""
+    """Greedy: chains of 16, 4 and 8, trees, the lean pass and transformers' forward, all the
+    same tokens as plain decoding in exact mode at the same W (a chain of 4: W 4, or the W
+    named; a tree of 7 nodes: 8), in bf16 as in fp32 (the lossless tests' bf16 twin: there the
+    arithmetic is not exact, and exact mode makes it agree)."""
     from minidflash.verifier import speculative_generate
     target, drafter, prompts = shipped
     for ids in prompts:
-        want = speculative_generate(target, None, ids, max_new_tokens=64, exact=True).new_ids
-        for name, kw in METHODS.items():
-            got = speculative_generate(target, drafter, ids, max_new_tokens=64, exact=True, **kw)
-            assert torch.equal(got.new_ids, want), name
+        plain = {w: speculative_generate(target, None, ids, max_new_tokens=64, exact=w).new_ids
+                 for w in {w for _, w in METHODS.values()}}
+        assert torch.equal(plain[16], speculative_generate(
+            target, None, ids, max_new_tokens=64, exact=True).new_ids)      # plain's own W: 16
+        for name, (kw, w) in METHODS.items():
+            got = speculative_generate(target, drafter, ids, max_new_tokens=64,
+                                       **{"exact": True, **kw})
+            assert got.config.rows == w, name
+            assert torch.equal(got.new_ids, plain[w]), name
 
 
 def test_a_batch_row_is_its_batch_of_one(shipped):
@@ -243,10 +264,17 @@ def test_sdpa_in_exact_modes_place_parts_a_decode(shipped, monkeypatch):
     assert not all(torch.equal(g, w) for g, w in zip(got, want))
 
 
+# exact=True: W from the drafting (plain decoding 16, the drafter's block of 4, a tree of 6
+# nodes and its root, a batch's chains of 4); a W named: that W in every loop
+DRAFTING_W = {"plain": 16, "chain": 4, "tree": 7, "batch": 4}
+
+
+@pytest.mark.parametrize("exact_w", [True, 9], ids=["W from the drafting", "W named"])
 @pytest.mark.parametrize("path", ["plain", "chain", "tree", "batch"])
-def test_every_loop_runs_fixed_passes_when_on_and_only_then(path, monkeypatch):
-    """Exact mode reaches every loop: each pass after the prefill has W rows and the invariant
-    attention; off, none has (the lean pass is where both show: its rows and its flag)."""
+def test_every_loop_runs_fixed_passes_when_on_and_only_then(path, exact_w, monkeypatch):
+    """Exact mode reaches every loop: each pass after the prefill has exactly W rows (the
+    config's ``rows``: the drafting's, or the W named) and the invariant attention; off, none
+    has (the lean pass is where both show: its rows and its flag)."""
     from tests.helpers import decode_on, random_drafter
     target = tiny_target(5, vocab=89, layers=3)
     drafter = random_drafter(target, 5, block_size=4)
@@ -255,9 +283,11 @@ def test_every_loop_runs_fixed_passes_when_on_and_only_then(path, monkeypatch):
     monkeypatch.setattr(lean.LeanTarget, "__call__", lambda self, ids, *a, **k: seen.append(
         (ids.shape[1], k.get("exact", False))) or real(self, ids, *a, **k))
     decode = lambda **fields: decode_on(path, target, drafter, ids, **fields)
-    on = decode(max_new_tokens=12, exact=True)
-    assert on.config.exact is True and seen and all(e for _, e in seen)
-    assert all(rows == W for rows, _ in seen[(2 if path == "batch" else 1):])   # after the prefill
+    on = decode(max_new_tokens=12, exact=exact_w)
+    w = DRAFTING_W[path] if exact_w is True else exact_w
+    assert on.config.exact is exact_w and on.config.rows == w and seen and all(e for _, e in seen)
+    after = seen[(2 if path == "batch" else 1):]                          # after the prefill
+    assert len(after) > 1 and all(rows == w for rows, _ in after), (w, after)
     seen.clear()
     off = decode(max_new_tokens=12)
     assert off.config.exact is False and seen and not any(e for _, e in seen)
@@ -277,3 +307,127 @@ def test_step_profile_counts_exact_modes_attention_as_attention():
         invariant_attention(*(torch.randn(1, 2, n, 8) for n in (4, 9, 9)), None, 0.3)
     events = [e for e in prof.events() if e.name == "aten::bmm"]
     assert events and all(step_profile.inside(e, exact.ATTENTION) for e in events)
+
+
+# -- W: named in the text, refused where the drafting does not fit, the bench's partners ----------
+
+@pytest.mark.parametrize("text, w", [
+    ("plain/exact", 16), ("plain/exact:8", 8), ("plain/exact:1", 1), ("dflash:8/exact", 8),
+    ("dflash:16/exact", 16), ("dflash:4/exact:8", 8), ("tree:8/n15/top4/exact", 16),
+    ("tree/n7/top4/exact:12", 12), ("dflash:8/nolean/exact:8", 8), ("dflash/exact", None),
+    ("dflash:8", 0)])
+def test_the_text_names_w_and_round_trips(text, w):
+    from minidflash.decoding_config import DecodingConfig
+    config = DecodingConfig.parse(text)
+    assert str(config) == text and DecodingConfig.parse(str(config)) == config
+    assert config.rows == w                        # None: the drafter's block or tree decides
+    if w:
+        assert config.describe().count(f"every pass after the prefill {w} rows") == 1
+
+
+def test_w_from_the_drafting_and_w_named_are_two_configs():
+    """exact=True keeps W with the drafting; an integer is a W (True == 1 to Python, not here)."""
+    from minidflash.decoding_config import DecodingConfig as C
+    assert C.parse("dflash:8/exact").rows == C.parse("dflash:8/exact:8").rows == 8
+    assert C.parse("dflash:8/exact") != C.parse("dflash:8/exact:8")
+    assert C(block_size=1, exact=True) != C(block_size=1, exact=1)
+    assert C(exact=True).rows is None and C(block_size=1, exact=True).rows == 16
+    assert C(block_size=1, exact=1).rows == 1 and C(exact=np.int64(9)).exact == 9
+    assert type(C(exact=np.int64(9)).exact) is int
+    said = C.parse("dflash:8/exact").describe()
+    assert "every pass after the prefill 8 rows: the chain's block of 8" in said
+    assert "plain/exact:8" in said
+    assert "a tree of 15 nodes and its root" in C.parse("tree:8/n15/top4/exact").describe()
+    assert "the W named (the chain's block of 4 takes 4)" in C.parse("dflash:4/exact:8").describe()
+    with pytest.raises(ValueError, match="sets exact=True, and the call gives exact=1"):
+        C.parse("plain/exact", exact=1)
+
+
+@pytest.mark.parametrize("text, match", [
+    ("dflash:8/exact:7", r"W = 7 rows a pass: the chain's block of 8 takes 8; use exact=8"),
+    ("tree:8/n15/top4/exact:15", r"a tree of 15 nodes and its root takes 16; use exact=16"),
+    ("plain/exact:0", r"exact must be False, True .* or W"),
+    ("dflash/exact:x", r"option 'exact:x'"), ("dflash/exact:", r"option 'exact:'"),
+    ("dflash:8/exact/exact:8", r"both set exact")])
+def test_a_w_that_does_not_fit_is_refused_in_one_line(text, match):
+    from minidflash.decoding_config import DecodingConfig
+    with pytest.raises(ValueError, match=match) as err:
+        DecodingConfig.parse(text)
+    assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match="exact must be"):
+        DecodingConfig(exact=-2)
+
+
+def test_a_w_is_checked_against_the_drafting_the_drafter_gives():
+    """Where the block or the tree is the drafter's, the W named is checked once they are known
+    (prepare), in every loop; a pass over more than W rows is refused by the pass itself."""
+    from transformers import DynamicCache
+    from minidflash.decoding import TargetPass, exact_pass
+    from minidflash.decoding_config import DecodingConfig
+    from minidflash.verifier import speculative_generate, speculative_generate_batch
+    from tests.helpers import random_drafter
+    target = tiny_target(5, vocab=89, layers=2)
+    drafter = random_drafter(target, 5, block_size=8)
+    ids = torch.randint(0, 88, (1, 9), generator=torch.Generator().manual_seed(2))
+    with pytest.raises(ValueError, match="the chain's block of 8 takes 8; use exact=8"):
+        speculative_generate(target, drafter, ids, max_new_tokens=4, exact=7)
+    with pytest.raises(ValueError, match="the chain's block of 8 takes 8"):
+        speculative_generate_batch(target, drafter, ids.repeat(2, 1), max_new_tokens=4, exact=7)
+    with pytest.raises(ValueError, match="a tree of 9 nodes and its root takes 10"):
+        speculative_generate(target, drafter, ids, max_new_tokens=4, exact=8, block_size=4,
+                             tree={"node_budget": 9, "top_k": 2})
+    out = speculative_generate(target, drafter, ids, max_new_tokens=4, exact=True)
+    assert out.config.rows == 8 and out.config.exact is True
+    with pytest.raises(ValueError, match="resolve the config first"):
+        TargetPass(target, True, False, exact=DecodingConfig(exact=True).rows)
+    cache = DynamicCache()
+    exact_pass(target, ids, cache, False, False, 0, True, 4)              # the prefill: any rows
+    with pytest.raises(ValueError, match="on W = 4 rows, and this one has 5: use W >= 5"):
+        exact_pass(target, ids[:, :5], cache, False, False, 0, True, 4)
+
+
+def test_the_bench_holds_an_exact_method_against_plain_at_its_w(capsys, monkeypatch):
+    """dflash:8/exact's partner is plain/exact:8, a tree of 7 nodes' too, dflash:16/exact's and
+    the drafter's own (block 16) plain/exact; with none at a method's W the bench says so."""
+    from minidflash.checkpoints import load_drafter
+    from minidflash.target import load_target
+    from minidflash.tools.measure import bench, methods
+    specs = ["plain", "plain/exact", "plain/exact:8", "plain/bf16/exact:8", "dflash:8/exact",
+             "tree:16/n7/top4/exact", "dflash:16/exact", "dflash:8/exact:16", "dflash/exact",
+             "dflash:4/exact", "dflash:8/bf16/exact", "dflash:8"]
+    drafter = load_drafter(target=load_target()[0])
+    refs = [methods.reference(s, specs, {s: drafter for s in specs}) for s in specs]
+    assert refs == ["plain", "plain/exact", "plain/exact:8", "plain/bf16/exact:8",
+                    "plain/exact:8", "plain/exact:8", "plain/exact", "plain/exact",
+                    "plain/exact", "plain", "plain/bf16/exact:8", "plain"]
+
+    class Stop(Exception):
+        pass
+
+    monkeypatch.setattr(methods, "run_methods", lambda *a, **k: (_ for _ in ()).throw(Stop()))
+    with pytest.raises(Stop):                                # stopped at the warm-up
+        bench.main(["--methods", "plain", "plain/exact:8", "dflash:8/exact", "dflash:4/exact",
+                    "--n", "1", "--max-new-tokens", "4"])
+    err = capsys.readouterr().err
+    assert "dflash:4/exact: no plain decoding at its W = 4 in this run" in err
+    assert "add plain/exact:4 to --methods" in err
+    assert "dflash:8/exact: no plain" not in err
+    assert "every pass after the prefill 8 rows: the chain's block of 8" in err
+    with pytest.raises(SystemExit, match="dflash/exact:8: .*the chain's block of 16 takes 16"):
+        bench.main(["--methods", "plain", "dflash/exact:8", "--n", "1"])  # the drafter's block
+
+
+def test_step_profile_takes_the_w_of_its_exact_pass(monkeypatch):
+    """--rows W: the exact pass's W (16 unless given), at least --tokens."""
+    from minidflash.tools.measure import step_profile
+    calls = []
+    monkeypatch.setattr(step_profile, "split_pass", lambda *a, **k: calls.append(k["exact"]) or {
+        k: 1.0 for k in [*step_profile.KINDS, "other ops", "overhead", "wall"]})
+    out = step_profile.main(["--passes", "exact", "--threads", "1", "--tokens", "4", "--rows",
+                             "8", "--repeats", "1"])
+    assert calls == [8, 8] and out["rows"] == 8
+    calls.clear()
+    step_profile.main(["--passes", "exact", "lean", "--threads", "1", "--repeats", "1"])
+    assert calls == [16, 0, 16, 0]
+    with pytest.raises(SystemExit):
+        step_profile.main(["--passes", "exact", "--tokens", "16", "--rows", "8"])

@@ -1,7 +1,9 @@
 """The lean pass (lean.py) computes transformers' numbers, bit for bit, on every kind of pass a
 decode makes: the prefill, a one-token step, a block at its positions, a tree with its 4D mask,
 a left-padded batch with its 2D mask; for Qwen3 (q_norm, k_norm) and Llama, in fp32 and bf16
-(packed weights where the CPU has bf16 units). Every loop runs it when ``lean`` is on and never
+(packed weights where the CPU has bf16 units). In fp32 its products are MKL's packed ones,
+which round differently: with ``F.linear`` in their place the pass is transformers' bit for
+bit, and with them every pass is within 1e-5 of it and picks the same tokens. Every loop runs it when ``lean`` is on and never
 when off; a model it cannot run is refused with the reason, or passed by where lean is not asked.
 """
 
@@ -52,9 +54,39 @@ def assert_same(ref, got, what):
             assert torch.equal(a, b), f"{what}: hidden_states[{i}] differ"
 
 
+@pytest.fixture
+def fp32_as_transformers(monkeypatch):
+    """fp32 products through F.linear, as transformers' modules make them (no MKL packing)."""
+    monkeypatch.setattr(lean, "PACK_FP32", False)
+
+
 @pytest.mark.parametrize("name", MODELS)
-def test_every_kind_of_pass_is_transformers_bit_for_bit(name):
+def test_every_kind_of_pass_is_transformers_bit_for_bit(name, fp32_as_transformers):
+    every_kind_of_pass(MODELS[name](), name, assert_same)
+
+
+def assert_close(ref, got, what):
+    """fp32 through MKL's packed products: within 1e-5 of transformers, the same greedy tokens."""
+    (rl, rs, rf), (gl, gs, gf) = ref, got
+    assert torch.allclose(rl, gl, rtol=1e-5, atol=1e-5), \
+        f"{what}: logits differ by {(rl - gl).abs().max():.3g}"
+    assert torch.equal(rl.argmax(-1), gl.argmax(-1)), f"{what}: another greedy token"
+    assert torch.allclose(rf, gf, rtol=1e-5, atol=1e-5), f"{what}: the final state differs"
+    for i, (a, b) in enumerate(zip(rs or (), gs or ())):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-5), f"{what}: hidden_states[{i}] differ"
+
+
+@pytest.mark.parametrize("name", ["qwen3-fp32", "llama-fp32"])
+def test_fp32_packed_products_are_close_to_transformers(name):
     model = MODELS[name]()
+    assert lean.of(model).layers[0]["qkv"].packed == "mkl"
+    every_kind_of_pass(model, name, assert_close)
+
+
+def every_kind_of_pass(model, name, check):
+    """The prefill, a step, a block, a tree after a crop: each through transformers and the lean
+    pass, compared by ``check``."""
+    assert_same = check
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, 96, (1, 21), generator=g)
     caches = (DynamicCache(), DynamicCache())
@@ -75,7 +107,7 @@ def test_every_kind_of_pass_is_transformers_bit_for_bit(name):
 
 
 @pytest.mark.parametrize("name", ["qwen3-fp32", "llama-bf16-bias"])
-def test_a_left_padded_batch_is_transformers_bit_for_bit(name):
+def test_a_left_padded_batch_is_transformers_bit_for_bit(name, fp32_as_transformers):
     model = MODELS[name]()
     g = torch.Generator().manual_seed(1)
     ids, mask = left_pad([torch.randint(0, 96, (n,), generator=g) for n in (9, 4, 13)])
@@ -92,8 +124,8 @@ def test_a_left_padded_batch_is_transformers_bit_for_bit(name):
 def test_bf16_weights_are_packed_where_the_cpu_has_bf16_units():
     model = MODELS["qwen3-bf16"]()
     packed = lean.of(model).layers[0]["qkv"].packed
-    assert packed == bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    assert not lean.of(tiny_target(3)).layers[0]["qkv"].packed      # fp32: F.linear
+    assert packed == ("onednn" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else None)
+    assert lean.of(tiny_target(3)).layers[0]["qkv"].packed == "mkl"      # fp32: MKL's packing
 
 
 def count_lean_passes(monkeypatch):

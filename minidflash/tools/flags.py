@@ -22,8 +22,8 @@ FLAG_HELP = {   # a field's help on every command that decodes (add_flags); the 
     "fp32_ties": "a bf16 target's greedy near-ties decided in fp32 (--no-fp32-ties: argmax)",
     "record_steps": "keep every step's drafts and the target's choices",
     "lean": "the target's passes through lean.py (--no-lean: transformers' forward)",
-    "exact": "exact mode (exact.py): every pass on the same rows, so a bf16 target's greedy "
-             "output is plain decoding's bit for bit",
+    "exact": "exact mode (exact.py): every pass on W rows, W the block's or the tree's (plain "
+             "decoding: 16), so a bf16 target's greedy output is plain decoding's at that W",
 }
 METAVARS = {"max_new_tokens": "N", "block_size": "B", "p_min": "P", "trust": "W", "tree": "N,K",
             "temperature": "T"}

@@ -12,9 +12,10 @@ Per suite, for each batch size N the first ``n`` prompts are split into batches 
 the ragged batch), methods and thread counts alternating batch by batch in one process.
 Throughput = new tokens summed over rows / the batch's decode time (prefill excluded, as TPOT
 is), summed over batches. At N = 1 the batched code path is timed too, to show what the ragged
-bookkeeping costs where it is not needed. With ``--exact`` (exact mode) every row of a batch,
-plain's and DFlash's, is also compared with plain decoding's answer for its prompt alone (N = 1,
-same thread count): ``rows_as_batch_of_1``.
+bookkeeping costs where it is not needed. With ``--exact`` (exact mode, plain decoding and DFlash
+both at W = B, the chain's block: one W, so that they agree) every row of a batch, plain's and
+DFlash's, is also compared with plain decoding's answer for its prompt alone (N = 1, same thread
+count): ``rows_as_batch_of_1``.
 
 ``python -m minidflash bench --batch-sizes 1 2 4 8 16 --threads 1 2 --n 16 --out data/results/batch_throughput.json``
 """
@@ -42,9 +43,10 @@ PAPER_CONCURRENCY = {"setting": "SGLang, B200, Qwen3-8B, MATH-500 (tau 8.01)",
 
 
 def decode_batch(target, drafter, prompts, block_size, max_new_tokens, stops, batched=None,
-                 exact: bool = False):
+                 exact: bool | int = False):
     """(new tokens summed over rows, decode seconds, rows' outputs, rows' tau) of one batch
-    (exact: in exact mode, where a batch's rows are its batch of one's, bit for bit)."""
+    (exact: in exact mode, at W rows if given, where a batch's rows are its batch of one's, bit
+    for bit)."""
     draft = drafter if block_size > 1 else None
     if len(prompts) == 1 and not batched:
         results = [speculative_generate(target, draft, prompts[0], max_new_tokens=max_new_tokens,
@@ -82,8 +84,9 @@ def run_suite(target, tokenizer, drafter, rows, batch_sizes, threads, block_size
             outs = {}
             for m in order:
                 B, batched = methods.get(m, (block_size, True))
-                tokens, seconds, outs[m], tau = decode_batch(target, drafter, group, B,
-                                                             max_new_tokens, stops, batched, exact)
+                tokens, seconds, outs[m], tau = decode_batch(target, drafter, group, B,   # one W
+                                                             max_new_tokens, stops, batched,
+                                                             exact and block_size)
                 sums[(t, N, m)][0] += tokens
                 sums[(t, N, m)][1] += seconds
                 if m == "dflash":

@@ -362,10 +362,11 @@ def compare(a, target, tokenizer, command: str) -> dict:
     from . import methods as m
 
     if a.draft_cost:
-        result = m.draft_cost(target)
+        from .draft_cost import draft_cost, plot_draft_cost
+        result = draft_cost(target)
         for name, ms in result["ms"].items():
             print(f"{name:>18}: " + " ".join(f"{t:.1f}" for t in ms) + "  ms for 1..16 tokens")
-        plot = m.plot_draft_cost
+        plot = plot_draft_cost
         stamp = dict(dtype=target.dtype, drafters=[], load=a.load)   # random-weight drafters
     else:
         try:
@@ -387,10 +388,19 @@ def compare(a, target, tokenizer, command: str) -> dict:
                   "dtype": str(target.dtype).replace("torch.", ""), "suites": {}}
         for spec in a.methods:               # what each method's step does, in words
             if (method := m.parse(spec)).kind not in ("lookup", "generate"):
+                try:                         # a W the drafter's block or tree does not fit
+                    W = m.exact_rows(method, drafters.get(spec))
+                except ValueError as e:
+                    raise SystemExit(f"bench --methods {spec}: {e}") from None
                 config = m.config_of(method, drafters.get(spec))
                 print(f"{spec}: {config.describe(targets[method.dtype], drafters.get(spec))}",
                       file=sys.stderr)
                 result.setdefault("decodings", {})[spec] = str(config)
+                if W and not m.exact_rows(m.parse(m.reference(spec, a.methods, drafters))):
+                    print(f"{spec}: no plain decoding at its W = {W} in this run (plain/exact:{W}, "
+                          f"exact mode's identity partner): its answers are held against plain, "
+                          f"which they need not equal; add plain/exact:{W} to --methods",
+                          file=sys.stderr)
         m.run_methods(targets, tokenizer, [{"messages": [{"role": "user", "content": "warm up"}]}],
                       a.methods, drafters, 16, progress=False)
         t0 = time.time()

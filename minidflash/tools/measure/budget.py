@@ -9,6 +9,12 @@ every drafted token the target checks is paid for. Two measurements size the bud
   k = 1..16, at each thread count (the counts taking turns), and one drafter call. A step that
   verifies m drafts yields E[accepted] + 1 tokens for d + t(m + 1); plain decoding yields 1 for
   t(1). llama.cpp's maintainers size drafts the same way (``llama-bench -p 1,2,..,16``).
+* ``machine``: the same curve for the target and drafter as loaded, at the thread counts, kept
+  as this CPU's prices (prices.py: one file per CPU kind, shapes and dtype in a cache): every
+  later decode that prices its steps (``cost=True``, the shipped drafters' default) reads them
+  instead of the curves the drafter shipped with, and ``describe()`` names the file. The
+  curves in data/results were measured on CPUs with bf16 units; on one without, fp32 passes
+  over many tokens cost more, and the cost model should know.
 * ``calibration``: decode with the drafter, record its probability q_j of every drafted token
   and whether the target accepted it, and compare: among slots reached (all earlier slots
   accepted) with q_j in a bin, the share the target accepted. The confidence cut
@@ -35,10 +41,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-from transformers import DynamicCache
 
 from ...paths import TINY_DRAFTER_DIR
-from ...decoding import crop_cache, target_pass
 from ...prepare import lean_of
 from ...checkpoints import load_drafter
 from ...files import save_figure, write_json
@@ -48,97 +52,13 @@ from ...verifier import speculative_generate
 from ...verify_cost import VerifyCost, finite_number
 from .. import common
 from ..common import (add_dtype, add_load, add_threads, at_least, check_decoding, check_suites,
-                      count, median_ms, or_error, out_file, take_turns, write)
+                      count, or_error, out_file, write)
 from ..flags import add_flags, flag_fields
 from ..make_data.overlap import split_label
+from .curve import (QWEN3_8B, SHAPES, curve_by_threads, device_name, machine, plot_curve,  # noqa: F401
+                    random_pair, verify_curve)
 
 BINS = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
-
-
-# Qwen/Qwen3-8B's config.json (DFLASH_SPEC section 5 gives its drafter's: 5 layers reading
-# target layers 1, 9, 17, 25, 33, block 16).
-QWEN3_8B = dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
-                num_attention_heads=32, num_key_value_heads=8, head_dim=128, rms_norm_eps=1e-6,
-                rope_theta=1e6, max_position_embeddings=40960, tie_word_embeddings=False)
-SHAPES = {"qwen3-8b": (QWEN3_8B, dict(num_hidden_layers=5, target_layer_ids=[1, 9, 17, 25, 33],
-                                      block_size=16, mask_token_id=151669))}
-
-
-def device_name(text: str) -> str:
-    """An argparse type: a device torch names and this machine has (cpu, cuda[:N], mps)."""
-    try:
-        device = torch.device(text)
-    except (RuntimeError, ValueError):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a device: cpu, cuda, cuda:N or mps") \
-            from None
-    have = {"cpu": True, "cuda": torch.cuda.is_available(),
-            "mps": torch.backends.mps.is_available()}
-    if device.type not in have:
-        raise argparse.ArgumentTypeError(f"{text!r}: time on cpu, cuda, cuda:N or mps")
-    if not have[device.type] or (device.type == "cuda" and device.index is not None
-                                  and device.index >= torch.cuda.device_count()):
-        raise argparse.ArgumentTypeError(f"{text!r}: this machine has no such device")
-    return text
-
-
-def random_pair(shape, device: str, dtype: torch.dtype):
-    """(target, drafter) of a published shape (a name of SHAPES, or its pair of field dicts) with
-    random weights, built on the device."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    from ...core.drafter import DFlashDrafter, make_drafter_config
-    target_fields, drafter_fields = SHAPES[shape] if isinstance(shape, str) else shape
-    torch.set_default_dtype(dtype)
-    try:
-        with torch.device(device):
-            target = Qwen3ForCausalLM(Qwen3Config(**target_fields)).eval().requires_grad_(False)
-            drafter = DFlashDrafter(make_drafter_config(target.config, **drafter_fields))
-    finally:
-        torch.set_default_dtype(torch.float32)
-    return target, drafter.eval().requires_grad_(False)
-
-
-@torch.inference_mode()
-def verify_curve(target, drafter, context: int = 256, max_k: int = 16, repeats: int = 10,
-                 lean: bool | None = None) -> dict:
-    """Median ms of a target pass over k = 1..max_k tokens after `context` cached tokens (with the
-    hidden states the drafter reads), and of one drafter call for its block size (at most
-    max_k), on the target's device. lean: the pass a decode runs (None: lean.py where the target
-    supports it, as a decode's default; False: transformers' forward)."""
-    device = target.device
-    lean = lean_of(target, DecodingConfig(lean=lean))
-    ids = torch.randint(0, 200, (1, context + max_k), device=device)
-    cache = DynamicCache()
-    target_pass(target, ids[:, :context], cache, False, False, lean=lean)
-    ms = []
-    for k in range(1, max_k + 1):
-        pos = torch.arange(context, context + k, device=device)[None]
-
-        def verify():
-            target_pass(target, ids[:, context:context + k], cache, True, False, lean=lean,
-                        position_ids=pos)
-            crop_cache(cache, context)
-        ms.append(median_ms(verify, repeats, device))
-    hidden = torch.randn(1, context, len(drafter.target_layer_ids) * target.config.hidden_size,
-                         device=device, dtype=target.dtype)
-    dcache, B = drafter.new_cache(), min(drafter.block_size, max_k)
-    drafter.draft(target, ids[:, context - 1], hidden, context, dcache, B)
-    draft = median_ms(lambda: drafter.draft(target, ids[:, context - 1], hidden[:, :0], context,
-                                            dcache, B), repeats, device)
-    return {"verify_ms": ms, "draft_ms": draft, "lean": lean}
-
-
-def curve_by_threads(target, drafter, threads, rounds: int = 3, **kw) -> dict:
-    """``verify_curve`` at each thread count, the counts taking turns; per count the median over
-    rounds, and t(k) / t(1): the cost of a pass over k tokens in plain decode steps."""
-    runs = take_turns(lambda: verify_curve(target, drafter, **kw), threads, rounds)
-    med = lambda xs: sorted(xs)[len(xs) // 2]
-    out = {}
-    for t, rs in runs.items():
-        ms = [med([r["verify_ms"][k] for r in rs]) for k in range(len(rs[0]["verify_ms"]))]
-        out[str(t)] = {"verify_ms": ms, "in_decode_steps": [m / ms[0] for m in ms],
-                       "draft_ms": med([r["draft_ms"] for r in rs]), "lean": rs[0]["lean"]}
-    return out
 
 
 CURVE_DTYPES = ("float32", "bfloat16", "float16")     # what a drafter's decoding.json can name
@@ -297,23 +217,6 @@ def calibration(target, tokenizer, drafter, rows, max_new_tokens: int, block_siz
             "observed": [t / r if r else None for t, r in zip(taken, reached)], "slots": per_slot}
 
 
-def plot_curve(results: dict, path: Path) -> None:
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(6.5, 3.8))
-    ax = fig.subplots()
-    for t, c in results["threads"].items():
-        ks = range(1, len(c["in_decode_steps"]) + 1)
-        ax.plot(ks, c["in_decode_steps"], "o-", label=results.get("device")
-                or f"{t} thread{'s' if t != '1' else ''}")
-    ax.axhline(1.0, color="k", lw=0.8, ls=":")
-    ax.set(xlabel="tokens in the target pass (k)", ylabel="t(k) / t(1)",
-           title=f"verify cost, {results['target'].split('/')[-1]}, context {results['context']}")
-    ax.legend()
-    fig.tight_layout()
-    save_figure(fig, path, dpi=100)
-
-
 def plot_calibration(results: dict, path: Path) -> None:
     from matplotlib.figure import Figure
 
@@ -342,9 +245,11 @@ def plot_calibration(results: dict, path: Path) -> None:
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(prog="python -m minidflash budget", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["curve", "calibration", "cost"],
-                   help="curve: time the target's passes; calibration: the drafter's q against "
-                        "acceptance; cost: write a curve into a drafter's decoding.json")
+    p.add_argument("what", choices=["curve", "machine", "calibration", "cost"],
+                   help="curve: time the target's passes; machine: the same, kept as this CPU's "
+                        "prices, which every decode with the cost model then uses (prices.py); "
+                        "calibration: the drafter's q against acceptance; cost: write a curve "
+                        "into a drafter's decoding.json")
     p.add_argument("--from", dest="curve", default=None, metavar="CURVE.json",
                    help="cost: a saved curve's JSON (`budget curve --out`)")
     p.add_argument("--target", default=None, help="hub id or directory (default: the tiny target)")
@@ -377,7 +282,7 @@ def main(argv=None) -> dict:
     add_load(p)
     a = p.parse_args(argv)
     given = flag_fields(a, skip=("max_new_tokens",))
-    honoured = {"cost": {"tree", "trust"}, "curve": {"lean"},
+    honoured = {"cost": {"tree", "trust"}, "curve": {"lean"}, "machine": set(),
                 "calibration": {"block_size", "temperature", "fp32_ties", "lean"}}[a.what]
     if set(given) - honoured:
         flag = "--" + sorted(set(given) - honoured)[0].replace("_", "-")
@@ -404,6 +309,9 @@ def main(argv=None) -> dict:
     if a.device != "cpu" and not (a.what == "curve" and a.shape):
         p.error(f"--device {a.device}: only `curve --shape` builds its models on a device; "
                 f"--target and --drafter load on the CPU")
+    if a.what == "machine" and (a.shape or a.context != 256 or a.max_k != 16):
+        p.error("machine measures the prices a decode uses: the target and drafter as loaded, "
+                "256 cached tokens, passes of 1..16 tokens; drop --shape, --context and --max-k")
     if a.shape and (a.what != "curve" or a.target or a.drafter):
         p.error("--shape builds a random target and drafter for `curve`; drop --target/--drafter")
     torch.manual_seed(0)
@@ -416,6 +324,9 @@ def main(argv=None) -> dict:
                                      dtype=a.dtype)
         drafter = or_error(p.error, f"--drafter {a.drafter}", load_drafter, a.drafter,
                            target=target)
+    if a.what == "machine":
+        return machine(target, drafter, a.threads, "python -m minidflash budget " + " ".join(
+            sys.argv[1:] if argv is None else argv))
     if a.what == "curve":
         try:
             lean_of(target, DecodingConfig(lean=a.lean))

@@ -41,9 +41,8 @@ drafter's depth, and tau split between looping answers (a repeated-4-gram share 
 ``generate`` gives no split of its time: its TPOT is its wall time less the prefill time
 measured for the same prompt by plain decoding, per new token.
 
-``--draft-cost`` instead times one drafter call against the number of drafted tokens (1..16)
-for the AR drafter and DFlash drafters of 1, 3 and 5 layers (random weights: the cost of a
-pass does not depend on them), over a cached context, as the paper's figure 3 does.
+The cost of one drafter call against the tokens it drafts (``bench --draft-cost``) is
+draft_cost.py.
 """
 
 from __future__ import annotations
@@ -57,10 +56,9 @@ import torch
 from tqdm.auto import tqdm
 from transformers import DynamicCache
 
-from ...ar_drafter import ARDrafter, load_ar_drafter, make_ar_config
+from ...ar_drafter import load_ar_drafter
 from ...paths import TINY_AR_DRAFTER_DIR, TINY_DRAFTER_DIR
-from ...decoding import cache_kwargs, clock, crop_cache
-from ...core.drafter import DFlashDrafter, make_drafter_config
+from ...decoding import cache_kwargs, clock
 from ...checkpoints import load_drafter
 from ...decoding_config import TEXT_FIELDS, DecodingConfig, decoding_of
 from ...target import chat_ids, stop_ids
@@ -161,13 +159,20 @@ def load_targets(target, specs) -> dict:
     return targets
 
 
-def reference(spec: str, specs) -> str:
+def exact_rows(m: Method, drafter=None) -> int:
+    """A method's exact-mode W, resolved against its drafter (0: not in exact mode)."""
+    return config_of(m, drafter).resolve(drafter).rows if m.exact else 0
+
+
+def reference(spec: str, specs, drafters=None) -> str:
     """The plain decoding a method's output is held against: plain in the method's dtype, argmax
-    setting and exact mode when the run has it, else "plain"."""
+    setting and exact mode at the same W (``exact_rows``; ``drafters``: spec -> drafter, which a
+    bare dflash's W needs) when the run has it, else "plain" (``bench`` says so)."""
     m = parse(spec)
+    key = (m.dtype, m.argmax, exact_rows(m, (drafters or {}).get(spec)))
     for other in specs:
         o = parse(other)
-        if o.kind == "plain" and (o.dtype, o.argmax, o.exact) == (m.dtype, m.argmax, m.exact):
+        if o.kind == "plain" and (o.dtype, o.argmax, exact_rows(o)) == key:
             return other
     return "plain"
 
@@ -250,7 +255,7 @@ def run_methods(targets, tokenizer, rows, specs, drafters, max_new_tokens=256,
         targets = load_targets(targets, specs)
     stops = stop_ids(tokenizer)
     specs = ["plain"] + [s for s in specs if s != "plain"]
-    refs = {s: reference(s, specs) for s in specs}
+    refs = {s: reference(s, specs, drafters) for s in specs}
     per = {s: {"tpot": [], "tau": [], "draft_ms": [], "verify_ms": [], "other_ms": [], "same": [],
                "correct": [], "verified": [], "diverged": []} for s in specs}
     looping = []                                  # per prompt: does plain decoding's answer loop?
@@ -385,42 +390,6 @@ def divergence(target, ids, plain: list, other: list, fp32_target=None) -> dict:
     return row
 
 
-@torch.no_grad()
-def draft_cost(target, context: int = 256, max_tokens: int = 16, repeats: int = 15,
-               dflash_layers=(1, 3, 5)) -> dict:
-    """Median ms of one drafter call against drafted tokens 1..max_tokens (figure 3 of the paper).
-
-    AR: k tokens = k passes. DFlash: k tokens = one pass over a block of k + 1.
-    """
-    torch.manual_seed(0)
-    ids = torch.randint(0, 200, (1, context + 1))
-    cfg = target.config
-    drafters = {"AR (1 layer)": ARDrafter(make_ar_config(cfg)).eval()}
-    for L in dflash_layers:
-        drafters[f"DFlash ({L} layer{'s' if L > 1 else ''})"] = DFlashDrafter(make_drafter_config(
-            cfg, num_hidden_layers=L, block_size=max_tokens + 1, mask_token_id=5, num_features=3)).eval()
-    out = {"context": context, "tokens": list(range(1, max_tokens + 1)),
-           "threads": torch.get_num_threads(), "ms": {name: [] for name in drafters}}
-    caches, feats = {}, {}
-    for name, d in drafters.items():      # the context but its last token, once
-        feats[name] = torch.randn(1, context, len(d.target_layer_ids) * cfg.hidden_size)
-        caches[name] = d.new_cache()
-        d.draft(target, ids[:, context - 1], feats[name][:, :-1], context - 1, caches[name], 2,
-                context_ids=ids[:, :context - 1])
-    for k in out["tokens"]:
-        ts = {name: [] for name in drafters}
-        for _ in range(repeats):           # drafters alternate call by call: same machine state
-            for name, d in drafters.items():   # one committed token, then k drafted
-                t0 = clock(ids.device)
-                d.draft(target, ids[:, context], feats[name][:, -1:], context, caches[name], k + 1,
-                        context_ids=ids[:, context - 1:context])
-                ts[name].append(clock(ids.device) - t0)
-                crop_cache(caches[name], context - 1)
-        for name in drafters:
-            out["ms"][name].append(1e3 * sorted(ts[name])[repeats // 2])
-    return out
-
-
 def plot_methods(results: dict, path: Path) -> None:
     from matplotlib.figure import Figure
 
@@ -440,20 +409,6 @@ def plot_methods(results: dict, path: Path) -> None:
         ax.set(title=title, ylabel=ylabel)
         ax.legend(loc="upper right", fontsize=8)
     axes[0].axhline(1.0, color="k", lw=0.8, ls="--")
-    fig.tight_layout()
-    save_figure(fig, path, dpi=100)
-
-
-def plot_draft_cost(cost: dict, path: Path) -> None:
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(6.5, 3.8))
-    ax = fig.subplots()
-    for name, ms in cost["ms"].items():
-        ax.plot(cost["tokens"], ms, "o-" if name.startswith("AR") else "s-", label=name)
-    ax.set(xlabel="drafted tokens", ylabel="ms per drafter call",
-           title=f"draft cost, context {cost['context']}, {cost['threads']} thread(s)")
-    ax.legend()
     fig.tight_layout()
     save_figure(fig, path, dpi=100)
 

@@ -5,10 +5,10 @@ Not a paper section: the cost side of section 3 on a CPU. This command times a p
 tokens, under ``torch.profiler``, through transformers' forward ("torch") and through lean.py
 ("lean"), the two taking turns, and splits each pass's wall time into:
 
-    matmul      aten::mm / addmm / bmm / linear / matmul, oneDNN's packed linear (the
-                projections and the lm_head)
-    attention   scaled_dot_product_attention and its kernels; in exact mode (``--passes exact``)
-                every op inside ``exact.invariant_attention``
+    matmul      aten::mm / addmm / bmm / linear / matmul, oneDNN's and MKL's packed linear
+                (the projections and the lm_head)
+    attention   scaled_dot_product_attention and its kernels; in exact mode (``--passes exact``,
+                every pass on ``--rows`` W rows) every op inside ``exact.invariant_attention``
     norms       RMSNorm's pow / mean / rsqrt and the activation (silu)
     cache       the KV cache: cat, index_select, slicing copies, crop
     other ops   every other aten op's own time (rotary embedding, adds, casts, masks)
@@ -42,7 +42,7 @@ from ..common import add_dtype, add_load, add_threads, at_least, count, or_error
 
 KINDS = {
     "matmul": ("aten::mm", "aten::addmm", "aten::bmm", "aten::linear", "aten::matmul",
-               "aten::_mkldnn", "mkldnn"),
+               "aten::_mkldnn", "mkldnn", "mkl::_mkl_linear"),
     "attention": ("scaled_dot_product", "aten::_scaled_dot", "flash_attention", "aten::softmax",
                   "aten::_softmax"),
     "norms": ("aten::pow", "aten::mean", "aten::rsqrt", "aten::silu", "aten::rms_norm"),
@@ -85,7 +85,7 @@ def split_pass(target, tokens: int, context: int, repeats: int, final: bool = Tr
         crop_cache(cache, context)
         by = dict.fromkeys([*KINDS, "other ops"], 0.0)
         for event in prof.events():
-            if event.name.startswith("aten::") or "mkldnn" in event.name:
+            if event.name.startswith(("aten::", "mkl::")) or "mkldnn" in event.name:
                 kind = "attention" if inside(event, ATTENTION) else kind_of(event.name)
                 by[kind] += event.self_cpu_time_total / 1e3
         by["overhead"] = max(0.0, wall - sum(by.values()))
@@ -97,8 +97,9 @@ def split_pass(target, tokens: int, context: int, repeats: int, final: bool = Tr
 
 
 def run(target, thread_counts, tokens: int, context: int, repeats: int,
-        passes=("torch", "lean")) -> dict:
-    """{pass: {threads: {"1": split, str(tokens): split}}}, the counts and passes taking turns."""
+        passes=("torch", "lean"), rows: int = EXACT_ROWS) -> dict:
+    """{pass: {threads: {"1": split, str(tokens): split}}}, the counts and passes taking turns
+    (rows: exact mode's W, the exact pass's rows)."""
     out = {p: {str(t): {} for t in thread_counts} for p in passes}
     for n in (1, tokens):
         for t in thread_counts:
@@ -106,7 +107,7 @@ def run(target, thread_counts, tokens: int, context: int, repeats: int,
             for p in passes:
                 out[p][str(t)][str(n)] = split_pass(target, n, context, repeats,
                                                     lean=p != "torch",
-                                                    exact=EXACT_ROWS if p == "exact" else 0)
+                                                    exact=rows if p == "exact" else 0)
     return out
 
 
@@ -165,17 +166,24 @@ def main(argv=None) -> dict:
     p.add_argument("--passes", nargs="+", choices=("torch", "lean", "exact"),
                    default=["torch", "lean"],
                    help="transformers' forward, lean.py's pass (default: both, taking turns), "
-                        "exact: lean.py's pass in exact mode (16 rows, exact.py's attention)")
+                        "exact: lean.py's pass in exact mode (--rows, exact.py's attention)")
+    p.add_argument("--rows", type=at_least(1), default=EXACT_ROWS,
+                   help=f"exact mode's W: the rows of every exact pass, at least --tokens (default "
+                        f"{EXACT_ROWS}; a chain of B is /exact's W = B)")
     p.add_argument("--out", type=out_file, default=None,
                    help="write the split here (and a .png beside it)")
     add_load(p)
     a = p.parse_args(argv)
+    if "exact" in a.passes and a.tokens > a.rows:
+        p.error(f"--tokens {a.tokens} with --rows {a.rows}: an exact pass holds at most W = --rows "
+                f"tokens; give --rows {a.tokens} or more")
     target, _ = or_error(p.error, f"--target {a.target}", load_target, a.target, dtype=a.dtype)
     results = {"command": "python -m minidflash step-profile " + " ".join(
                    sys.argv[1:] if argv is None else argv),
                "target": a.target or "tiny", "dtype": str(target.dtype).replace("torch.", ""),
                "context": a.context, "tokens": a.tokens, "repeats": a.repeats,
-               "split": run(target, a.threads, a.tokens, a.context, a.repeats, a.passes)}
+               **({"rows": a.rows} if "exact" in a.passes else {}),
+               "split": run(target, a.threads, a.tokens, a.context, a.repeats, a.passes, a.rows)}
     for name, by_t in results["split"].items():
         for t, by in by_t.items():
             for n, s in by.items():
