@@ -15,6 +15,7 @@
     misses         which tokens a drafter misses: each step by the target's first token
     budget         the verify budget: a pass's cost over 1..16 tokens, the drafter's calibration
     step-profile   where a target pass's time goes: matmul, attention, norms, cache, overhead
+    exact-attention  exact mode's attention against SDPA, one layer: chain and tree, per thread
     llama-cpp      a drafter in llama.cpp: converted, run plain and speculative (LLAMA_CPP_DIR)
 
 ``python -m minidflash <command> --help`` for each command's options. A value a command refuses
@@ -42,6 +43,7 @@ COMMANDS = {  # command -> (module under minidflash.tools, keyword arguments of 
     "misses": ("measure.misses", {}),
     "budget": ("measure.budget", {}),
     "step-profile": ("measure.step_profile", {}),
+    "exact-attention": ("measure.exact_attention", {}),
     "llama-cpp": ("measure.llama_cpp_bench", {}),
 }
 

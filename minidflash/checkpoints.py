@@ -36,7 +36,8 @@ from .core.paper import PAPER
 from .paths import TINY_DRAFTER_DIR
 from .files import recover, write_together
 from .hub import snapshot
-from .decoding_config import DecodingConfig, decoding_of, set_decoding
+from .decoding_config import (DecodingConfig, decoding_of, exact_default_of, exact_of_file,
+                              set_decoding, set_exact_default)
 from .target import check_folder, check_target, drafter_config, read_json, resolve_dtype
 from .weights import check_finite, check_shapes, read_weights
 
@@ -88,7 +89,7 @@ def save_drafter(drafter: DFlashDrafter, save_directory: str | os.PathLike,
         vocab = {"token_ids": drafter.draft_vocab.tolist()}
         files[DRAFT_VOCAB_FILE] = lambda tmp: tmp.write_text(
             json.dumps(vocab, separators=(",", ":")) + "\n")
-    settings = replace(decoding, cost=bool(costs)).to_file(costs)
+    settings = replace(decoding, cost=bool(costs)).to_file(costs, exact_default_of(drafter))
     if settings:
         files[DECODING_FILE] = lambda tmp: tmp.write_text(json.dumps(settings) + "\n")
     files["config.json"] = lambda tmp: tmp.write_text(json.dumps(cfg, indent=2, sort_keys=True)
@@ -173,6 +174,7 @@ def load_drafter(name_or_path=None, target=None, dtype=None, device=None,
     if (file := path / DECODING_FILE).is_file():
         data = read_json(file, "decoding settings, or delete it for the default decoding")
         set_decoding(drafter, *DecodingConfig.from_file(data, str(file)))
+        set_exact_default(drafter, exact_of_file(data, str(file)))
     if target is not None:
         try:
             check_fits(drafter, target)

@@ -227,10 +227,17 @@ class DecodingConfig:
 
     # -- where a config comes from ------------------------------------------------------------
     @classmethod
-    def of(cls, drafter) -> "DecodingConfig":
+    def of(cls, drafter, **given) -> "DecodingConfig":
         """What a drafter's files ask for (its decoding.json, which load_drafter keeps for it:
-        ``decoding_of``); the defaults without one; plain decoding without a drafter."""
-        return decoding_of(drafter)[0]
+        ``decoding_of``); the defaults without one; plain decoding without a drafter. Where
+        ``given`` (a call's fields) asks for exact mode and names no block size or tree: with
+        the drafting the file chose for exact mode (its "exact", ``exact_of_file``), if any."""
+        base, drafting = decoding_of(drafter)[0], exact_default_of(drafter)
+        if not given.get("exact") or drafting is None or {"block_size", "tree"} & set(given):
+            return base
+        tree = drafting.get("tree")
+        return replace(base, block_size=drafting.get("block_size", base.block_size), tree=tree,
+                       p_min=0.0 if tree else base.p_min)
 
     def override(self, **given) -> "DecodingConfig":
         """This config with each given field replaced (None: keep it). tree=False drops the tree;
@@ -277,7 +284,7 @@ class DecodingConfig:
         return decoding_text.parse(cls, text, **call)
 
     # -- decoding.json -------------------------------------------------------------------------
-    def to_file(self, costs: dict | None = None) -> dict:
+    def to_file(self, costs: dict | None = None, exact: dict | None = None) -> dict:
         """What decoding.json holds: the fields that differ from the defaults, the tree, and the
         drafter's cost curves under "cost" (verify_cost.costs_to_dict) when ``cost`` is on. A
         field the file does not hold (FILE_FIELDS lists what it does) set away from its default
@@ -313,6 +320,8 @@ class DecodingConfig:
             if not costs:
                 raise ValueError("cost=True names the drafter's curves: give them (costs=...).")
             out["cost"] = costs_to_dict(costs)
+        if exact:
+            out["exact"] = exact_of_file({"exact": exact}, "the exact default given")
         try:                                    # what is written loads back, or is not written
             back = type(self).from_file(json.loads(json.dumps(out, allow_nan=False)))
         except (ValueError, TypeError) as e:
@@ -330,7 +339,8 @@ class DecodingConfig:
             raise ValueError(f"{where} must hold a JSON object such as {{\"p_min\": 0.3}} or "
                              f"{{\"tree\": {{\"node_budget\": 15, \"top_k\": 8}}}}, got a "
                              f"{type(data).__name__}. Delete the file for the defaults.")
-        unknown = set(data) - set(FILE_FIELDS)
+        unknown = set(data) - set(FILE_FIELDS) - {"exact"}
+        exact_of_file(data, where)                  # checked here, read by exact_of_file
         if data.get("tree", None) is True or data.get("tree", None) is False:
             raise ValueError(f'{where}: "tree": {str(data["tree"]).lower()} names no tree; the file '
                              f'holds the drafter\'s tree itself, {{"node_budget": n, "top_k": k}} '
@@ -340,7 +350,8 @@ class DecodingConfig:
                              f"{list(FILE_FIELDS)}.")
         try:
             costs = costs_from_dict(data["cost"]) if "cost" in data else None
-            config = cls(**{k: v for k, v in data.items() if k != "cost"}, cost=costs is not None)
+            config = cls(**{k: v for k, v in data.items() if k not in ("cost", "exact")},
+                         cost=costs is not None)
         except (ValueError, TypeError, KeyError) as e:
             raise ValueError(f"{where}: {e}") from e
         return config, costs
@@ -355,59 +366,10 @@ class DecodingConfig:
     # -- in words ------------------------------------------------------------------------------
     def describe(self, target=None, drafter=None, batch: bool = False) -> str:
         """What one step does, in words; with the target and drafter, what this call runs:
-        their block size and tree, the cost curve it prices on, whether ties are decided."""
-        from . import prices
-        from .verify_cost import for_threads
-        c = self.resolve(drafter, batch) if drafter is not None else self
-        B, default = c.block_size, DecodingConfig.of(drafter) if drafter is not None else None
-        drafts = "a block of the drafter's size" if B is None else f"{B - 1} tokens"
-        if B == 1:
-            what = "plain decoding: one target pass a token, no drafter"
-        elif isinstance(c.tree, dict):
-            what = (f"draft {drafts}; verify a tree of up to {c.tree['node_budget']} nodes, "
-                    f"the best paths over each slot's top {c.tree['top_k']}")
-        elif c.tree is True:
-            what = f"draft {drafts}; verify the drafter's default tree"
-        else:
-            what = f"draft {drafts}; verify them as a chain"
-            if c.p_min:
-                what += f" up to the first with q < {c.p_min:g}"
-            if default is not None and isinstance(default.tree, dict) and B != 1:
-                why = ("a batch verifies chains" if batch else
-                       "p_min and record_steps are a chain's" if c.p_min or c.record_steps
-                       else "this call asked for a chain")
-                what += f" (the drafter's default tree is not used: {why})"
-        if c.cost and B != 1:
-            curve = ""
-            if isinstance(c.cost, VerifyCost):
-                curve = " (the curve given)"
-            elif target is not None:
-                costs, where = prices.costs_for(target, drafter, decoding_of(drafter)[1])
-                if costs:
-                    key = for_threads(costs, dtype=target.dtype, key=True)
-                    curve = (f" (the {key[0] or 'dtype-free'} curve at {key[1] or 'any'} "
-                             f"thread(s), {where})")
-            what += (f"; keep as many drafts as pay on the measured verify curve{curve}, and "
-                     f"skip the drafter after steps where none pays")
-        if c.temperature:
-            pick = f"sampled at temperature {c.temperature:g}"
-        else:
-            head = None if target is None else target.get_output_embeddings().weight.dtype
-            pick = "greedy" + (f" ({str(head).replace('torch.', '')} near-ties decided in fp32)"
-                               if c.fp32_ties and head not in (None, torch.float32) else
-                               " (fp32 logits: no ties to decide)" if head == torch.float32 else
-                               "" if c.fp32_ties or head is None else " (argmax as rounded)")
-        if c.exact:
-            W, (need, why) = c.rows, c.drafting() or (None, "")
-            why = ("the W named" + (f" ({why} takes {need})" if (need or 1) > 1 else "")
-                   if c.exact is not True else "plain decoding's default W, EXACT_ROWS "
-                   "(/exact:W names another)" if need == 1 else why)
-            rows = f"{W} rows: {why}" if W else "W rows, as the drafter's block or tree takes"
-            what += (f"; exact mode: every pass after the prefill {rows}; attention summed in "
-                     f"index order (the output is plain decoding's at the same W"
-                     f"{f', plain/exact:{W}' if W else ''})")
-        return (f"{what}; the target's choice {pick}; at most {c.max_new_tokens} new tokens"
-                f"{', stopping at ' + str(list(c.stop_token_ids)) if c.stop_token_ids else ''}.")
+        their block size and tree, the cost curve it prices on, whether ties are decided
+        (``decoding_text.words_of``)."""
+        shipped = decoding_of(drafter)[1] if drafter is not None else None
+        return decoding_text.words_of(self, target, drafter, batch, shipped)
 
 
 # -- a drafter's decoding.json, kept beside it: the model (core.drafter) holds no settings -------
@@ -422,6 +384,46 @@ def decoding_of(drafter) -> tuple[DecodingConfig, dict | None]:
     if drafter is None:
         return DecodingConfig(block_size=1), None
     return _DECODING.get(drafter) or (DecodingConfig(), None)
+
+
+_EXACT = weakref.WeakKeyDictionary()        # drafter -> exact mode's default drafting
+EXACT_KEYS = ("block_size", "tree")
+
+
+def exact_of_file(data: dict, where: str = "decoding.json") -> dict | None:
+    """decoding.json's "exact": the drafting exact mode takes when a call names none, chosen on
+    dev prompts with every pass priced at W rows (``budget exact``): {"block_size": B} for a
+    chain, or {"tree": {"node_budget": n, "top_k": k}} (with a block size, or the drafter's).
+    None where the file has none (exact mode then drafts as the file's other settings say)."""
+    if "exact" not in data:
+        return None
+    d = data["exact"]
+    if not isinstance(d, dict) or not d or set(d) - set(EXACT_KEYS):
+        raise ValueError(f'{where}: "exact" is {d!r}; it names exact mode\'s default drafting, '
+                         f'{{"block_size": 8}} or {{"tree": {{"node_budget": 7, "top_k": 8}}}}.')
+    try:
+        DecodingConfig(block_size=d.get("block_size"), tree=d.get("tree"), exact=True)
+        out = dict(d)
+        if "tree" in out:
+            out["tree"] = check_tree(out["tree"])
+    except (ValueError, TypeError) as e:
+        raise ValueError(f'{where}: "exact": {e}') from None
+    return out
+
+
+def exact_default_of(drafter) -> dict | None:
+    """The drafter's exact-mode drafting (its decoding.json's "exact"), or None."""
+    return None if drafter is None else _EXACT.get(drafter)
+
+
+def set_exact_default(drafter, drafting: dict | None) -> None:
+    """Give a drafter its exact-mode drafting ({"block_size": B} or {"tree": {...}}; None: none),
+    what ``checkpoints.save_drafter`` writes as decoding.json's "exact"."""
+    drafting = exact_of_file({"exact": drafting}) if drafting else None
+    if drafting is None:
+        _EXACT.pop(drafter, None)
+    else:
+        _EXACT[drafter] = drafting
 
 
 def set_decoding(drafter, config: DecodingConfig | None = None, costs: dict | None = None) -> None:

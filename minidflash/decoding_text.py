@@ -1,4 +1,5 @@
-"""A ``DecodingConfig`` as text, and back: the bench's method names and the results files' keys.
+"""A ``DecodingConfig`` as text, and back: the bench's method names and the results files' keys;
+and in words (``words_of``: ``describe``).
 
     plain | dflash[:B] | tree[:B]/nN/topK      the drafting: plain decoding, a chain, a tree
     /pP                                        the confidence cut
@@ -18,6 +19,11 @@ are not in the text. This module knows the config only through the class it is g
 from __future__ import annotations
 
 from dataclasses import fields
+
+import torch
+
+from . import prices
+from .verify_cost import VerifyCost, for_threads
 
 
 def text_of(c) -> str:
@@ -117,3 +123,64 @@ def parse(cls, text: str, **call):
         return cls(**{**call, **f})
     except ValueError as e:
         raise ValueError(f"{text!r}: {e}") from None
+
+
+def words_of(config, target, drafter, batch: bool, shipped: dict | None) -> str:
+    """``DecodingConfig.describe``: what one step of ``config`` does, in words; with the
+    target and drafter, what the call runs: their block size and tree, the cost curve it prices
+    on (this machine's, else ``shipped``, the drafter's), whether ties are decided."""
+    c = config.resolve(drafter, batch) if drafter is not None else config
+    B, default = c.block_size, type(config).of(drafter) if drafter is not None else None
+    drafts = "a block of the drafter's size" if B is None else f"{B - 1} tokens"
+    if B == 1:
+        what = "plain decoding: one target pass a token, no drafter"
+    elif isinstance(c.tree, dict):
+        what = (f"draft {drafts}; verify a tree of up to {c.tree['node_budget']} nodes, "
+                f"the best paths over each slot's top {c.tree['top_k']}")
+    elif c.tree is True:
+        what = f"draft {drafts}; verify the drafter's default tree"
+    else:
+        what = f"draft {drafts}; verify them as a chain"
+        if c.p_min:
+            what += f" up to the first with q < {c.p_min:g}"
+        if default is not None and isinstance(default.tree, dict) and B != 1:
+            why = ("a batch verifies chains" if batch else
+                   "p_min and record_steps are a chain's" if c.p_min or c.record_steps
+                   else "this call asked for a chain")
+            what += f" (the drafter's default tree is not used: {why})"
+    if c.cost and B != 1:
+        curve = ""
+        if isinstance(c.cost, VerifyCost):
+            curve = " (the curve given)"
+        elif target is not None:
+            costs, where = prices.costs_for(target, drafter, shipped)
+            if costs:
+                key = for_threads(costs, dtype=target.dtype, key=True)
+                curve = (f" (the {key[0] or 'dtype-free'} curve at {key[1] or 'any'} "
+                         f"thread(s), {where})")
+        if c.exact:
+            what += (f"; priced on the measured verify curve{curve} at W rows a pass (exact "
+                     f"mode: every pass costs t(W), so every draft is verified), skipping the "
+                     f"drafter after steps where drafting does not pay")
+        else:
+            what += (f"; keep as many drafts as pay on the measured verify curve{curve}, and "
+                     f"skip the drafter after steps where none pays")
+    if c.temperature:
+        pick = f"sampled at temperature {c.temperature:g}"
+    else:
+        head = None if target is None else target.get_output_embeddings().weight.dtype
+        pick = "greedy" + (f" ({str(head).replace('torch.', '')} near-ties decided in fp32)"
+                           if c.fp32_ties and head not in (None, torch.float32) else
+                           " (fp32 logits: no ties to decide)" if head == torch.float32 else
+                           "" if c.fp32_ties or head is None else " (argmax as rounded)")
+    if c.exact:
+        W, (need, why) = c.rows, c.drafting() or (None, "")
+        why = ("the W named" + (f" ({why} takes {need})" if (need or 1) > 1 else "")
+               if c.exact is not True else "plain decoding's default W, EXACT_ROWS "
+               "(/exact:W names another)" if need == 1 else why)
+        rows = f"{W} rows: {why}" if W else "W rows, as the drafter's block or tree takes"
+        what += (f"; exact mode: every pass after the prefill {rows}; attention summed in "
+                 f"index order (the output is plain decoding's at the same W"
+                 f"{f', plain/exact:{W}' if W else ''})")
+    return (f"{what}; the target's choice {pick}; at most {c.max_new_tokens} new tokens"
+            f"{', stopping at ' + str(list(c.stop_token_ids)) if c.stop_token_ids else ''}.")

@@ -18,7 +18,7 @@ from .checkpoints import check_fits
 from . import prices
 from .lean import supports
 from .decoding_config import DecodingConfig, decoding_of
-from .verify_cost import VerifyCost, for_threads
+from .verify_cost import VerifyCost, at_rows, for_threads
 
 
 def prepare(target, drafter, input_ids, config=None, given=None, batch: bool = False,
@@ -52,7 +52,7 @@ def prepare(target, drafter, input_ids, config=None, given=None, batch: bool = F
         if clash:
             warnings.warn(f"keywords {clash} override the config's "
                           f"{ {k: getattr(config, k) for k in clash} }", stacklevel=stacklevel)
-    base = config if config is not None else DecodingConfig.of(drafter)
+    base = config if config is not None else DecodingConfig.of(drafter, **given)
     if batch and (given.get("tree") or (config is not None and config.tree)):
         raise ValueError("a tree decodes one sequence at a time: pass tree=False for a batch, "
                          "whose rows verify chains (a drafter's default tree gives way by itself).")
@@ -107,6 +107,8 @@ def cost_of(target, drafter, cfg: DecodingConfig) -> VerifyCost | bool:
                              "this CPU (`python -m minidflash budget machine`) nor the drafter's "
                              "decoding.json has one: measure it, or pass a VerifyCost.")
         cost = for_threads(costs, dtype=target.dtype)
+    if cfg.exact:
+        cost = at_rows(cost, cfg.rows)
     return cost if cfg.trust is None else replace(cost, trust_weight=cfg.trust)
 
 

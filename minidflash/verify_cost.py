@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from numbers import Integral, Real
 
 import torch
@@ -217,6 +217,16 @@ class Budgeted:
             q, uncut = self.last
             self.trust.update(q[0], draft.ids.shape[1] - 1, len(outcome.kept[0]) - 1, uncut[0],
                               outcome.choices[0])
+
+
+def at_rows(cost: VerifyCost, rows: int) -> VerifyCost:
+    """Exact mode's prices (exact.py): every target pass after the prefill has W = ``rows`` rows,
+    plain decoding's included, so a pass costs t(W) whatever it verifies. In units of that pass
+    every verify length costs 1 (verifying fewer drafts saves nothing) and the drafter d / t(W):
+    the model then verifies every draft, and skips the drafter only where drafting does not pay
+    even so."""
+    t_w = cost.verify[min(rows, len(cost.verify)) - 1]
+    return replace(cost, verify=(1.0,) * len(cost.verify), draft=round(cost.draft / t_w, 3))
 
 
 def costs_from_dict(d: dict) -> dict[tuple[str | None, int], VerifyCost]:

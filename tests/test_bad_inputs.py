@@ -457,7 +457,11 @@ CASES = [
     ("from_file T inf", lambda w: C.from_file(json.loads('{"temperature": Infinity}')), V,
      r"decoding\.json: temperature.*inf"),
     ("from_file exact", lambda w: C.from_file({"exact": True}), V,
-     r"decoding\.json: unknown keys \['exact'\]"),
+     r"decoding\.json: \"exact\" is True; it names exact mode's default drafting"),
+    ("from_file exact keys", lambda w: C.from_file({"exact": {"p_min": 0.3}}), V,
+     r"decoding\.json: \"exact\" is \{'p_min': 0.3\}"),
+    ("from_file exact tree", lambda w: C.from_file({"exact": {"tree": {"node_budget": 3}}}), V,
+     r"decoding\.json: \"exact\": a tree is"),
     ("from_file threads 0", lambda w: C.from_file({"cost": {"by_threads": {
         "0": CURVE.to_dict()}}}), V, r"decoding\.json: by_threads.*'0'"),
     ("from_file float64", lambda w: C.from_file({"cost": {"by_dtype": {
@@ -468,7 +472,7 @@ CASES = [
         "decoding.json", '{"cost": {"verify": [1.0, Infinity], "draft": 0.1}}'), V,
      r"decoding\.json: .*verify\[1\] = inf"),
     ("decoding exact", write("decoding.json", '{"exact": true}'), V,
-     r"decoding\.json: unknown keys \['exact'\]"),
+     r"decoding\.json: \"exact\" is True"),
     # DecodingConfig.parse: every refusal names the text
     ("parse dflash:", lambda w: C.parse("dflash:"), V, r"'dflash:' is not a decoding \(no block"),
     ("parse dflash:²", lambda w: C.parse("dflash:²"), V, r"'dflash:²'.*'²' is not a block size"),

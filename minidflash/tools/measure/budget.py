@@ -15,6 +15,11 @@ every drafted token the target checks is paid for. Two measurements size the bud
   instead of the curves the drafter shipped with, and ``describe()`` names the file. The
   curves in data/results were measured on CPUs with bf16 units; on one without, fp32 passes
   over many tokens cost more, and the cost model should know.
+* ``exact --from DEV_BENCH.json --drafter DIR``: exact mode's default drafting. In exact mode
+  every pass costs W rows whatever it verifies (exact.py), so the prices that chose the default
+  tree do not hold; a bench on the *dev* prompts times /exact candidates (chains, trees, each
+  beside plain exact decoding at its W) and this writes the fastest, by the geometric mean of
+  its speedups over the fastest plain, into decoding.json as "exact" (``choose_exact``).
 * ``calibration``: decode with the drafter, record its probability q_j of every drafted token
   and whether the target accepted it, and compare: among slots reached (all earlier slots
   accepted) with q_j in a bin, the share the target accepted. The confidence cut
@@ -36,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -46,7 +52,7 @@ from ...paths import TINY_DRAFTER_DIR
 from ...prepare import lean_of
 from ...checkpoints import load_drafter
 from ...files import save_figure, write_json
-from ...decoding_config import DecodingConfig, check_tree
+from ...decoding_config import DecodingConfig, check_tree, exact_of_file
 from ...target import chat_ids, drafter_config, load_target, read_json, stop_ids
 from ...verifier import speculative_generate
 from ...verify_cost import VerifyCost, finite_number
@@ -169,8 +175,54 @@ def write_cost(drafter_dir, costs: dict[int, VerifyCost], tree: dict | None = No
                              f"default tree cannot have (tree {tree}): remove p_min from the "
                              f"file first, or write the curve without --tree.")
         config = replace(config, tree=tree)
-    settings = replace(config, cost=True).to_file({**kept, **{(dtype, t): c
-                                                               for t, c in costs.items()}})
+    settings = replace(config, cost=True).to_file(
+        {**kept, **{(dtype, t): c for t, c in costs.items()}},
+        exact_of_file(data, str(path)) if path.is_file() else None)
+    write_json(path, settings)
+    return settings
+
+
+def choose_exact(results: dict, where: str) -> tuple[str, dict, dict]:
+    """Exact mode's default drafting from a bench run on *dev* prompts (``bench --split dev
+    --methods plain plain/exact:W ... dflash:B/exact tree:B/nN/topK/exact``): the /exact method
+    with the highest geometric mean, over the suites, of its speedup over the run's fastest
+    plain decoding, among those whose every answer equalled plain exact decoding's at its W.
+    Returns (its name, its drafting for decoding.json's "exact", {method: that mean})."""
+    from .methods import parse
+    if results.get("split") != "dev":
+        raise ValueError(f"{where} was measured on the {results.get('split')!r} part: exact "
+                         f"mode's default is chosen on the dev part (bench --split dev), and "
+                         f"reported on the test part.")
+    suites = results.get("suites") or {}
+    names = {m for s in suites.values() for m in s.get("methods", {})
+             if m.split("@")[0].endswith("/exact") or "/exact:" in m or "/exact/" in m}
+    scores = {}
+    for m in sorted(names):
+        config = parse(m).config
+        rows = [s["methods"][m] for s in suites.values() if m in s["methods"]]
+        if config is None or config.block_size == 1 or len(rows) < len(suites):
+            continue
+        if all(r.get("identical") for r in rows):
+            logs = [math.log(r["speedup_vs_fastest_plain"]) for r in rows]
+            scores[m] = math.exp(sum(logs) / len(logs))
+    if not scores:
+        raise ValueError(f"{where} has no /exact method with a block or tree, measured on every "
+                         f"suite with every answer identical to plain exact decoding's.")
+    best = max(scores, key=scores.get)
+    config = parse(best).config
+    drafting = ({"block_size": config.block_size} if config.block_size else {})
+    if isinstance(config.tree, dict):
+        drafting["tree"] = config.tree
+    return best, drafting, scores
+
+
+def write_exact(drafter_dir, drafting: dict) -> dict:
+    """Put exact mode's default drafting into drafter_dir/decoding.json as "exact", keeping its
+    other settings and curves; atomically, only what load_drafter reads back."""
+    path = check_drafter_folder(drafter_dir) / "decoding.json"
+    data = read_json(path, "decoding settings (delete it for the defaults)") if path.is_file() else {}
+    config, costs = DecodingConfig.from_file(data, str(path))
+    settings = config.to_file(costs, drafting)
     write_json(path, settings)
     return settings
 
@@ -245,13 +297,14 @@ def plot_calibration(results: dict, path: Path) -> None:
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(prog="python -m minidflash budget", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["curve", "machine", "calibration", "cost"],
+    p.add_argument("what", choices=["curve", "machine", "calibration", "cost", "exact"],
                    help="curve: time the target's passes; machine: the same, kept as this CPU's "
                         "prices, which every decode with the cost model then uses (prices.py); "
                         "calibration: the drafter's q against acceptance; cost: write a curve "
-                        "into a drafter's decoding.json")
+                        "into a drafter's decoding.json; exact: write exact mode's default "
+                        "drafting, the fastest /exact method of a dev bench (--from), into it")
     p.add_argument("--from", dest="curve", default=None, metavar="CURVE.json",
-                   help="cost: a saved curve's JSON (`budget curve --out`)")
+                   help="cost: a saved curve's JSON (`budget curve --out`); exact: a dev bench's")
     p.add_argument("--target", default=None, help="hub id or directory (default: the tiny target)")
     p.add_argument("--drafter", default=None,
                    help="a drafter folder (default: the tiny drafter; cost: the one written)")
@@ -282,7 +335,7 @@ def main(argv=None) -> dict:
     add_load(p)
     a = p.parse_args(argv)
     given = flag_fields(a, skip=("max_new_tokens",))
-    honoured = {"cost": {"tree", "trust"}, "curve": {"lean"}, "machine": set(),
+    honoured = {"cost": {"tree", "trust"}, "curve": {"lean"}, "machine": set(), "exact": set(),
                 "calibration": {"block_size", "temperature", "fp32_ties", "lean"}}[a.what]
     if set(given) - honoured:
         flag = "--" + sorted(set(given) - honoured)[0].replace("_", "-")
@@ -306,6 +359,21 @@ def main(argv=None) -> dict:
             p.error(f"--drafter {a.drafter}: {e}")
         print(f"{a.drafter}/decoding.json: {json.dumps(decoding)[:200]}")
         return decoding
+    if a.what == "exact":
+        if not (a.curve and a.drafter):
+            p.error("exact needs --from BENCH.json (`bench --split dev --methods ... /exact`) and "
+                    "--drafter DIR")
+        results = or_error(p.error, f"--from {a.curve}", read_json, Path(a.curve).expanduser(),
+                           "a bench run's results (`python -m minidflash bench --out FILE`)")
+        try:
+            best, drafting, scores = choose_exact(results, a.curve)
+            settings = write_exact(a.drafter, drafting)
+        except ValueError as e:
+            p.error(str(e))
+        for m, x in sorted(scores.items(), key=lambda kv: -kv[1]):
+            print(f"{m:32s} {x:.3f}x the fastest plain (geometric mean over the suites)")
+        print(f"{a.drafter}/decoding.json: \"exact\": {json.dumps(settings['exact'])} ({best})")
+        return settings
     if a.device != "cpu" and not (a.what == "curve" and a.shape):
         p.error(f"--device {a.device}: only `curve --shape` builds its models on a device; "
                 f"--target and --drafter load on the CPU")

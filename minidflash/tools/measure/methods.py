@@ -230,7 +230,7 @@ def _generate(target, ids, max_new_tokens, stops, lookup: int | None):
 def config_of(m: Method, drafter=None) -> DecodingConfig:
     """The decoding settings a method names (``dflash`` alone: the drafter's decoding.json)."""
     return (m.config if m.config is not None else drafter if m.kind == "llamacpp"  # its describe()
-            else DecodingConfig.of(drafter).override(**dict(m.over)))
+            else DecodingConfig.of(drafter, **dict(m.over)).override(**dict(m.over)))
 
 
 def decode(target, drafter, ids, max_new_tokens, stops, m: Method):
