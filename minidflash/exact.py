@@ -11,11 +11,13 @@ products in another order, so a near-tie may go the other way. Two things decide
    them), so every product has the same M.
 2. **The attention's reduction over keys.** SDPA's CPU kernel runs an online softmax over blocks
    of keys whose boundaries follow the pass's shape. ``invariant_attention`` instead cuts the keys
-   into blocks of ``KEY_BLOCK`` at fixed positions (0, C, 2C, ...), computes each block's scores,
-   exponentials and partial products with one shape, and adds the blocks in index order; a key
-   the row may not see (a later position, padding) contributes an exact zero. A key therefore
-   enters every sum at the same place with the same value, whether the pass holds 1 row or 16,
-   and whether the cache ends at the row or 15 positions later.
+   into blocks of ``KEY_BLOCK`` at fixed positions (0, C, 2C, ...) of each row's own keys,
+   computes each block's scores, exponentials and partial products with one shape, and adds the
+   blocks in index order; a key the row may not see (a later position, padding) contributes an
+   exact zero. A key therefore enters every sum at the same place with the same value, whether
+   the pass holds 1 row or 16, and whether the cache ends at the row or 15 positions later. A
+   tree's node, whose keys are scattered over the pass, has its last blocks gathered in its own
+   order (``Seen.gathers``), through a product of the same shape.
 
 With both, row j of a W-row verify pass and row 0 of the W-row pass plain decoding makes for the
 same token after the same cache are the same bits (tests/test_exact.py): greedy speculative
@@ -88,13 +90,15 @@ class Seen:
             return self._plans[G, Hk]
         see, count, lead, (N, T, _, C) = self.see, self.count, self.lead, self.shape
         nb, dev = see.shape[-1] // C, see.device
+        # Which rows' keys begin another's: row a's are the first keys of row t's when a sees
+        # what t sees up to a's own key. Rows with a gap all see the columns before c0.
         gap = lead < count                                                        # (N, T)
-        c0 = int(lead[gap].min())          # those rows all see the columns before c0: compare
+        c0 = int(lead[gap].min())
         part = see[..., c0:]                                                      # the rest
         last = torch.searchsorted(self.keys, count[..., None].clamp(min=1)) - c0    # own key
         upto = torch.arange(part.shape[-1], device=dev) <= last                   # (N, T, .)
         begins = (part[:, :, None] == (part[:, None] & upto[:, :, None])).all(-1)  # (N, a, t)
-        begins &= (lead >= c0)[:, None]                   # a's keys are the first keys of t's
+        begins &= (lead >= c0)[:, None]
         rank = count[:, None, :] * T + torch.arange(T - 1, -1, -1, device=dev)    # most keys
         leader = torch.where(begins, rank, -1).argmax(-1).tolist()                # (N, T)
         lead_, count_ = lead.tolist(), count.tolist()
@@ -110,6 +114,8 @@ class Seen:
             for b in range(start, (count_[n][l] - 1) // C + 1):
                 served += [(len(products), t) for t in rows]
                 products.append((n, l, b))
+        # Where each product reads and writes, as flat indices (one take, index_select or
+        # index_copy_ a layer): its leader's dense positions in the block, their columns.
         n, l, b = torch.tensor(products, device=dev).unbind(1)                   # (P,)
         dense = b[:, None] * C + torch.arange(C, device=dev)                      # (P, C)
         cols = torch.searchsorted(self.keys[n, l], dense + 1).clamp(max=nb * C - 1)
@@ -164,9 +170,9 @@ def invariant_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask,
     s[:, :, seen.first:].masked_fill_(seen.hide, float("-inf"))
     p = s.sub_(s.amax((2, -1), keepdim=True)).exp_()                    # unseen: 0 (max is exact)
     plan = None if seen.chain else seen.gathers(G, Hk)
-    if plan is not None:                                                # a tree's pass
+    if plan is not None:                      # a tree's pass: its nodes' last blocks gathered,
         o_g, l_g = gathered_blocks(p.view(N, Hk, nb, R, C), vb, plan)
-        p[:, :, seen.first:].masked_fill_(plan.replaced, 0.0)
+        p[:, :, seen.first:].masked_fill_(plan.replaced, 0.0)          # then left out here
     p = p.view(N, Hk, nb, R, C)
     l_b, o_b = p.sum(-1), p @ vb                                         # (N, Hk, nb, R), (.., D)
     if plan is not None:                                                # the gathered in their place
@@ -201,8 +207,10 @@ def in_order(x: torch.Tensor) -> torch.Tensor:
 def gathered_blocks(p, vb, plan):
     """The block sums of ``Seen.gathers``' products: each one its leader's keys of a block in
     dense order, through the (G*T, C) x (C, D) product of every other block, with the rows it
-    serves filled (the rest zero). p (N, Hk, nb, G*T, C) and vb (N, Hk, nb, C, D) as in
-    ``invariant_attention``; returns o (P, Hk, G*T, D) and l (P, Hk, G*T)."""
+    serves filled and the rest zero. Most of its rows are zeros; its shape is what makes a
+    node's bits those of a chain's row over the same keys, whose block takes the same product.
+    p (N, Hk, nb, G*T, C) and vb (N, Hk, nb, C, D) as in ``invariant_attention``; returns
+    o (P, Hk, G*T, D) and l (P, Hk, G*T)."""
     Hk, R, C, D = p.shape[1], p.shape[3], p.shape[4], vb.shape[-1]
     a = p.new_zeros(plan.P, Hk, R, C)
     a.view(-1, C).index_copy_(0, plan.rows, p.reshape(-1).take(plan.p_at))
@@ -232,7 +240,8 @@ def register() -> str:
 
 def padded(ids, past: int, pad: int, pos, mask):
     """ids (1, T), their positions and mask with ``pad`` padding rows after them: padding tokens
-    0 at the next positions, each seeing only itself (a 4-D mask) or everything before it."""
+    0 at the next positions, each seeing everything before it (after a tree's 4-D mask too: a
+    row that sees a prefix of the columns needs no gathered products, ``Seen.gathers``)."""
     if pos is None:
         pos = torch.arange(past, past + ids.shape[1], device=ids.device)[None]
     if not pad:
@@ -246,7 +255,8 @@ def padded(ids, past: int, pad: int, pos, mask):
         seen = mask if mask.dtype == torch.bool else mask == 0
         full = seen.new_zeros(1, 1, T + pad, past + T + pad)
         full[..., :T, :past + T] = seen
-        full[..., T:, past + T:] = torch.eye(pad, dtype=torch.bool, device=ids.device)
+        full[..., T:, :] = torch.ones(pad, past + T + pad, dtype=torch.bool,
+                                      device=ids.device).tril(past + T)
         mask = full if mask.dtype == torch.bool else torch.zeros(
             full.shape, dtype=mask.dtype, device=ids.device).masked_fill(
             ~full, torch.finfo(mask.dtype).min)

@@ -9,12 +9,18 @@ the same, so a leaner pass speeds plain and speculative decoding alike.
 
 ``LeanTarget(model)`` is that pass for a Llama, Qwen2 or Qwen3 causal LM (full attention):
 
-1. In bf16 on a CPU with native bf16, each group of projections that read the same input (q, k,
-   v; gate, up) is one matrix, packed once for oneDNN (``torch.ops.mkldnn``), and the lm_head
-   too: bit-identical to transformers' separate ``nn.Linear`` calls, and faster (the split in
-   data/results/step_profile_smollm2_bfloat16.json). fp32 stays on ``F.linear``
-   over the modules' own weights, whose packed twin rounds differently. The packed copy doubles
-   the weights' memory: pass lean=False where it is short.
+1. Each group of projections that read the same input (q, k, v; gate, up) is one matrix, packed
+   once, and the lm_head too. In bf16 on a CPU with native bf16, for oneDNN
+   (``torch.ops.mkldnn``): bit-identical to transformers' separate ``nn.Linear`` calls, and
+   faster (the split in data/results/step_profile_smollm2_bfloat16.json). In fp32, for MKL
+   (``torch.ops.mkl``): ``F.linear`` lays the weights out again on every product of more than
+   one row, which on a CPU without bf16 units makes a 2-token pass cost nearly two 1-token
+   passes; packed once, the weights are read as they lie (``budget curve`` before and after:
+   data/results/verify_curve_smollm2_fp32_avx2*.json). The packed products round differently from
+   ``F.linear`` (within 1e-5: tests/test_lean.py), so a decode may part from transformers'
+   forward at an fp32 near-tie, as a verify pass may from a one-token one
+   (``MINIDFLASH_PACK_FP32=0``: ``F.linear``, transformers' bits). The packed copy doubles the
+   weights' memory: pass lean=False where it is short.
 2. One loop over the layers calls what transformers' layers call, in the same order: the RMSNorm
    arithmetic, the rotary embedding (read from a table of cos and sin, computed once by the
    model's own rotary module), ``cache.update`` of the same ``DynamicCache``, transformers' mask
@@ -40,6 +46,7 @@ which llama.cpp runs faster over the same bf16 weights (``bench --methods llamac
 
 from __future__ import annotations
 
+import os
 import weakref
 
 import torch
@@ -82,7 +89,9 @@ def mkl_packing(weight: torch.Tensor) -> bool:
             and torch.backends.mkl.is_available() and PACK_FP32)
 
 
-PACK_FP32 = True      # fp32 through MKL's packed products (False: F.linear, transformers' bits)
+# fp32 through MKL's packed products; MINIDFLASH_PACK_FP32=0 (or False here): F.linear,
+# transformers' own bits, e.g. to measure what the packing buys (step-profile, budget curve)
+PACK_FP32 = os.environ.get("MINIDFLASH_PACK_FP32", "1") != "0"
 
 
 class Projection:
@@ -90,9 +99,8 @@ class Projection:
     tuple when there are several), from one matrix of their weights, packed once: a second copy
     of the weights. bf16 on a CPU with bf16 units: packed by oneDNN, bit-identical to
     transformers' calls. fp32: packed by MKL (``packed == "mkl"``): ``F.linear`` re-lays its
-    weight out on every call of more than one row (a 2-token pass cost 1.9 one-token passes on
-    a CPU held to AVX2, data/results/verify_curve_smollm2_fp32_avx2*.json), the packed product
-    does not, and rounds differently (within 1e-5 of it: tests/test_lean.py). Elsewhere (bf16
+    weight out on every call of more than one row, the packed product does not, and rounds
+    differently (within 1e-5 of it: tests/test_lean.py). Elsewhere (bf16
     without bf16 units, float16) each product reads its module's own weight through
     ``F.linear``, with no copy."""
 

@@ -96,7 +96,8 @@ def warn_emulated_bf16(what: str, instead: str, device: str | torch.device = "cp
 def describe_machine() -> dict:
     """What a measurement ran on, for its result file: the CPU's model name, its core count,
     whether it multiplies bf16 matrices in hardware (``native_bf16``: the verify curve in bf16 is
-    near flat with it, steep without) and torch's version. Timings from machines that differ
+    near flat with it, steep without), the instruction set torch's kernels ran with and what
+    held them to it (``HOLDS``, where set) and torch's version. Timings from machines that differ
     here are not comparable."""
     cpu = platform.processor() or platform.machine()
     try:
@@ -105,8 +106,15 @@ def describe_machine() -> dict:
                         if line.startswith("model name")), cpu)
     except OSError:                       # not Linux
         pass
+    held = {k: os.environ[k] for k in HOLDS if os.environ.get(k)}
     return {"cpu": cpu, "cores": os.cpu_count(), "native_bf16": native_bf16("cpu"),
+            "isa": torch.backends.cpu.get_cpu_capability(), **({"held_by": held} if held else {}),
             "torch": torch.__version__}
+
+
+# What holds a CPU's kernels to an older instruction set (a CPU with bf16 units measured as one
+# without: ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2).
+HOLDS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
 
 
 # Short names a user may type for a dtype torch spells out; the error names the right spelling.

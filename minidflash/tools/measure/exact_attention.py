@@ -61,9 +61,11 @@ def one_point(kind: str, keys: int, dtype: torch.dtype, rows: int, heads: int, k
     k, v = (torch.randn(1, kv_heads, keys, head_dim, generator=g).to(dtype) for _ in range(2))
     mask, scaling = pass_mask(kind, rows, keys), head_dim ** -0.5
 
-    def make_seen():                                          # what a pass's first layer makes
+    def make_seen():                                          # what a pass makes once
         seen = Seen(mask, 1, rows, keys, q.device)
-        return seen if seen.chain else (seen, seen.gathers(heads // kv_heads, kv_heads))[0]
+        if not seen.chain:
+            seen.gathers(heads // kv_heads, kv_heads)             # a tree's: at its first layer
+        return seen
 
     seen = make_seen()
     work = {"sdpa": lambda: sdpa(q, k, v, mask, scaling),

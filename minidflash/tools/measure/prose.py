@@ -167,3 +167,30 @@ def readme_bullets(fp32_two: str, fp32_one: str, epyc: str, lean_curve: str, one
             f"lean pass on the machine of the table: `load_target` picks fp32 there.\n"
             f"- **llama.cpp**: the default reaches {span(llama)} of llama.cpp's plain bf16 tokens "
             f"per second on the machine of the table ([docs/llama_cpp.md](docs/llama_cpp.md)).")
+
+
+def cpu_kind(results: dict) -> str:
+    """A file's CPU kind in a table's words: its model, bf16 units or not, and what held its
+    kernels to an older instruction set (``target.HOLDS``), where something did."""
+    m = results.get("machine") or {}
+    held = m.get("held_by")
+    units = {True: "bf16 units", False: "no bf16 units"}.get(m.get("native_bf16"), "?")
+    cpu = m.get("cpu", "CPU not recorded").replace("(R)", "").replace(" Processor", "")
+    return f"{cpu}, {units}" + (f" (held to {m.get('isa', '?')})" if held else "")
+
+
+def cpu_kinds(*names: str) -> str:
+    """The README's table of the default against the fastest plain decoding per CPU kind: one
+    row a results file (each names its machine, dtype and threads), the speedup per suite."""
+    head = ("| CPU | dtype | threads | " + " | ".join(SUITES.values())
+            + " | the default, tokens/s |\n|---|---|---|" + "---|" * (len(SUITES) + 1))
+    rows = []
+    for n in names:
+        r, by = read(n), suites(n)
+        x = [f"{by[s]['methods']['dflash']['speedup_vs_fastest_plain']:.2f}x" if s in by else "-"
+             for s in SUITES]
+        tps = [by[s]["methods"]["dflash"]["tokens_per_s"] for s in SUITES if s in by]
+        rows.append(f"| {cpu_kind(r)} | {r.get('dtype')} | {r.get('threads')} | "
+                    + " | ".join(x) + f" | {span(tps, '{:.0f}', '')} |")
+    return "\n".join([head, *rows])
+

@@ -93,7 +93,10 @@ def _machine(results: dict) -> str:
         return NOT_RECORDED + gpu
     bf16 = {True: "native bf16", False: "no native bf16"}.get(m.get("native_bf16"),
                                                                "bf16 units " + NOT_RECORDED)
-    return f"{m.get('cpu', 'CPU ' + NOT_RECORDED)}, {m.get('cores', '?')} cores, {bf16}{gpu}"
+    held = m.get("held_by")
+    isa = (f", held to {m.get('isa', '?')} ({' '.join(f'{k}={v}' for k, v in held.items())})"
+           if held else "")
+    return f"{m.get('cpu', 'CPU ' + NOT_RECORDED)}, {m.get('cores', '?')} cores, {bf16}{isa}{gpu}"
 
 
 def _drafters(results: dict) -> str:
