@@ -15,6 +15,7 @@
     misses         which tokens a drafter misses: each step by the target's first token
     budget         the verify budget: a pass's cost over 1..16 tokens, the drafter's calibration
     step-profile   where a target pass's time goes: matmul, attention, norms, cache, overhead
+    products       a pass's fp32 products over 1..16 rows, each way the CPU offers (packed or not)
     exact-attention  exact mode's attention against SDPA, one layer: chain and tree, per thread
     llama-cpp      a drafter in llama.cpp: converted, run plain and speculative (LLAMA_CPP_DIR)
 
@@ -43,6 +44,7 @@ COMMANDS = {  # command -> (module under minidflash.tools, keyword arguments of 
     "misses": ("measure.misses", {}),
     "budget": ("measure.budget", {}),
     "step-profile": ("measure.step_profile", {}),
+    "products": ("measure.products", {}),
     "exact-attention": ("measure.exact_attention", {}),
     "llama-cpp": ("measure.llama_cpp_bench", {}),
 }

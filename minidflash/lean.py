@@ -16,11 +16,12 @@ the same, so a leaner pass speeds plain and speculative decoding alike.
    (``torch.ops.mkl``): ``F.linear`` lays the weights out again on every product of more than
    one row, which on a CPU without bf16 units makes a 2-token pass cost nearly two 1-token
    passes; packed once, the weights are read as they lie (``budget curve`` before and after:
-   data/results/verify_curve_smollm2_fp32_avx2*.json). The packed products round differently from
-   ``F.linear`` (within 1e-5: tests/test_lean.py), so a decode may part from transformers'
-   forward at an fp32 near-tie, as a verify pass may from a one-token one
-   (``MINIDFLASH_PACK_FP32=0``: ``F.linear``, transformers' bits). The packed copy doubles the
-   weights' memory: pass lean=False where it is short.
+   data/results/verify_curve_smollm2_fp32_avx2*.json). A one-token pass keeps ``F.linear``,
+   faster for one row. The packed products round differently from ``F.linear`` (within 1e-5:
+   tests/test_lean.py), so a verify pass may part from transformers' forward at an fp32
+   near-tie, as it may from a one-token pass anyway (``MINIDFLASH_PACK_FP32=0``: ``F.linear``
+   everywhere, transformers' bits). The packed copy doubles the weights' memory: pass
+   lean=False where it is short.
 2. One loop over the layers calls what transformers' layers call, in the same order: the RMSNorm
    arithmetic, the rotary embedding (read from a table of cos and sin, computed once by the
    model's own rotary module), ``cache.update`` of the same ``DynamicCache``, transformers' mask
@@ -173,6 +174,23 @@ class LeanTarget:
             raise ValueError(f"{why}; decode with lean=False (--no-lean).")
         self.model, self.body = model, model.base_model
         self.layers = []
+        # MKL lays packed weights out for the threads at hand: packed at one thread, a product
+        # stays on one thread after set_num_threads(2) (the same bits either way). So pack for
+        # every core, and pack again if a decode ever asks for more threads (``of``).
+        before = torch.get_num_threads()
+        self.threads = max(before, os.cpu_count() or 1)
+        torch.set_num_threads(self.threads)
+        try:
+            self.build()
+        finally:
+            torch.set_num_threads(before)
+        self.cos = self.sin = None
+        self.params = list(self.model.parameters())
+        self.source = self.weights()
+
+    def build(self) -> None:
+        """Each layer's projections packed, and the modules the pass calls, in a list."""
+        model = self.model
         for layer in self.body.layers:
             a, m = layer.self_attn, layer.mlp
             self.layers.append(dict(
@@ -182,9 +200,6 @@ class LeanTarget:
                 gate_up=Projection(m.gate_proj, m.up_proj), down=Projection(m.down_proj),
                 act=m.act_fn, head_dim=a.head_dim))
         self.head = Projection(model.get_output_embeddings())
-        self.cos = self.sin = None
-        self.params = list(model.parameters())
-        self.source = self.weights()
 
     def weights(self) -> list:
         """What the pass copied from: each parameter's storage, dtype and in-place version."""
@@ -253,8 +268,9 @@ _KEPT: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()    # model -> i
 def of(model) -> LeanTarget:
     """The model's lean pass, built at its first use and kept beside the model (a copy of the
     model is a new model); built again when the weights it copied from changed since: a cast, a
-    load or any in-place edit (torch counts those in each tensor's version)."""
+    load or any in-place edit (torch counts those in each tensor's version); and when torch runs
+    on more threads than the packed weights were laid out for."""
     lean = _KEPT.get(model)
-    if lean is None or lean.source != lean.weights():
+    if lean is None or lean.source != lean.weights() or torch.get_num_threads() > lean.threads:
         lean = _KEPT[model] = LeanTarget(model)
     return lean

@@ -103,33 +103,34 @@ def rounding(fp32_two: str, fp32_one: str, bf16_two: str, bf16_one: str) -> str:
             f"bf16 on {b_same} of {b_n} (notebook 13).")
 
 
-def _price(p1: str, p2: str, v1: str, v2: str) -> dict:
-    """Exact mode's price over two pairs of runs: plain exact against plain, and each /exact
-    method against plain exact and against plain."""
-    runs = [suites(n)["gsm8k"]["methods"] for n in (p1, p2, v1, v2)]
-    return {"price": [r["plain"]["tokens_per_s"] / r["plain/exact"]["tokens_per_s"] for r in runs],
-            "identical": all(x["identical"] for r in runs for m, x in r.items() if "/exact" in m),
-            **{f"{m} over exact": [r[m]["speedup_same_dtype"] for r in runs]
-               for m in ("dflash/exact", "dflash:8/exact")},
-            **{f"{m} over plain": [r[m]["speedup_vs_fastest_plain"] for r in runs]
-               for m in ("dflash/exact", "dflash:8/exact")}}
+def _exact_partner(methods: dict) -> str:
+    """The plain exact method of a run: ``plain/exact:W``, the default's partner."""
+    return next(m for m in methods if m.startswith("plain/exact"))
 
 
-def exact_mode(p1: str, p2: str, v1: str, v2: str) -> str:
-    """The README's paragraph on exact mode: what it gives, and its price on the machine the
-    files name, as a range over both pairs of runs."""
-    x, r = _price(p1, p2, v1, v2), read(p1)
-    alone = {read(n).get("load") for n in (p1, p2, v1, v2)} == {"alone"}
-    same = "every answer" if x["identical"] else "not every answer"
-    chain, tree = x["dflash:8/exact over plain"], x["dflash/exact over plain"]
-    return (f"**Exact mode** (`/exact`, notebook 14) gives every pass one shape and sums attention "
-            f"in index order, so the output is plain exact decoding's, bf16 too: {same} identical "
-            f"in the runs of its price, measured on {machine(r)}, GSM8K's "
-            f"{suites(p1)['gsm8k']['prompts']} test prompts in bf16"
-            f"{', alone on the machine' if alone else ''}, two pairs of runs at one and two threads. "
-            f"There plain decoding ran {span(x['price'])} slower in exact mode; `dflash:8/exact` "
-            f"ran at {span(chain)} the speed of plain decoding without it ({than(chain)}), the "
-            f"default tree at {span(tree)} ({than(tree)}).")
+def exact_default(one: str, two: str, fp32: str) -> str:
+    """The README's paragraph on exact mode: its own default (decoding.json's "exact") against
+    plain exact decoding at the same W and against plain decoding, per suite of the test part at
+    one and two threads, and the answers identical to plain exact decoding's, bf16 and fp32."""
+    runs = [s["methods"] for n in (one, two) for s in suites(n).values()]
+    partner = _exact_partner(runs[0])
+    over_exact = [r["dflash/exact"]["tokens_per_s"] / r[partner]["tokens_per_s"] for r in runs]
+    over_plain = [r["dflash/exact"]["tokens_per_s"] / r["plain"]["tokens_per_s"] for r in runs]
+    gsm = [s["methods"] for n in (one, two) for k, s in suites(n).items() if k == "gsm8k"]
+    gsm_plain = [r["dflash/exact"]["tokens_per_s"] / r["plain"]["tokens_per_s"] for r in gsm]
+    same, n = identical((one, two), "dflash/exact")
+    f_same, f_n = identical((fp32,), "dflash/exact")
+    alone = {read(x).get("load") for x in (one, two)} == {"alone"}
+    return (f"**Exact mode** (`exact=True`, `/exact`; notebook 14) gives every pass after the "
+            f"prefill one shape, W rows, and sums attention in index order, so the output is "
+            f"plain exact decoding's at the same W, bf16 too. Its default drafting was chosen on "
+            f"the dev prompts with every pass priced at W rows (`budget exact`; here "
+            f"`{partner}`'s W). On {machine(read(one))}, the test part of "
+            f"{len(suites(one))} suites in bf16{', alone on the machine' if alone else ''}, "
+            f"one and two threads: {span(over_exact)} the speed of plain exact decoding "
+            f"(`{partner}`), {span(over_plain)} that of plain decoding without exact mode "
+            f"({than(over_plain)}; GSM8K {span(gsm_plain)}); {same} of {n} answers identical to "
+            f"plain exact decoding's, and {f_same} of {f_n} in fp32.")
 
 
 def smollm2_intro(one: str, two: str) -> str:
@@ -147,25 +148,11 @@ def smollm2_intro(one: str, two: str) -> str:
             f"speedup is over this package's fastest, the lean pass:")
 
 
-def readme_bullets(fp32_two: str, fp32_one: str, epyc: str, lean_curve: str, one: str,
-                   two: str) -> str:
-    """The README's bullets under the SmolLM2 table: fp32, another CPU, llama.cpp."""
-    same, n = identical((fp32_two, fp32_one))
-    over = [r["speedup"] for f in (fp32_two, fp32_one) for r in method(f, "dflash")]
-    bf16 = [r["speedup_vs_fastest_plain"] for r in method(fp32_two, "dflash")]
-    emulated = [c["in_decode_steps"][15] for c in read(epyc)["threads"].values()]
-    lean = [c["in_decode_steps"][15] for c in read(lean_curve)["threads"].values()]
+def readme_bullets(one: str, two: str) -> str:
+    """The README's bullet under the SmolLM2 table: the default against llama.cpp's plain bf16."""
     llama = [s["methods"]["dflash"]["tokens_per_s"] / s["methods"]["llamacpp-plain/bf16"]["tokens_per_s"]
              for f in (one, two) for s in suites(f).values()]
-    every = "on every suite" if max(bf16) < 1 else "not on every suite"
-    return (f"- **fp32**, on {machine(read(fp32_two))}: {same} of {n} answers identical to plain "
-            f"fp32 decoding; the default {span(over)} {than(over)} than plain fp32 through "
-            f"transformers' forward, and {than(bf16)} than plain bf16 {every} at two threads "
-            f"({span(bf16)}) ([docs/results.md](docs/results.md#fp32-and-other-cpus)).\n"
-            f"- **Other CPUs**: on that machine a bf16 pass over 16 tokens costs "
-            f"{span(emulated, unit='')} decode steps, against {span(lean, unit='')} through the "
-            f"lean pass on the machine of the table: `load_target` picks fp32 there.\n"
-            f"- **llama.cpp**: the default reaches {span(llama)} of llama.cpp's plain bf16 tokens "
+    return (f"- **llama.cpp**: the default reaches {span(llama)} of llama.cpp's plain bf16 tokens "
             f"per second on the machine of the table ([docs/llama_cpp.md](docs/llama_cpp.md)).")
 
 

@@ -250,9 +250,10 @@ def exact_scope(*names: str) -> str:
                for by in s.values() for k, b in by.items() if k != "1")
     sizes = sorted({int(k) for _, r in batches for s in r["suites"].values() for by in s.values()
                     for k in by if k != "1"})
-    return (f"With `/exact` (notebook 14) every pass after the prefill has 16 rows and attention adds "
-            f"its keys in fixed blocks in index order, so a token's logits are the same bits "
-            f"whichever pass computes them. Where that was measured: {' and '.join(machines)}; "
+    return (f"With `/exact` (notebook 14) every pass after the prefill has W rows and attention "
+            f"adds its keys in fixed blocks in index order, so a token's logits are the same bits "
+            f"whichever pass computes them; in these runs every pass had 16 rows (before W "
+            f"followed the drafting). Where that was measured: {' and '.join(machines)}; "
             f"{where}; {' or '.join(sorted({str(r['n']) for _, r in runs}))} test prompts a suite. "
             f"{'Every' if same else 'Not every'} answer of {', '.join(f'`{m}`' for m in exact)} was "
             f"identical to plain exact decoding's ({code(*(n for n, _ in single))}); "
