@@ -99,9 +99,10 @@ class Projection:
     """Several ``nn.Linear`` that read the same input: ``self(x)`` is their outputs, in order (a
     tuple when there are several), from one matrix of their weights, packed once: a second copy
     of the weights. bf16 on a CPU with bf16 units: packed by oneDNN, bit-identical to
-    transformers' calls. fp32: packed by MKL (``packed == "mkl"``): ``F.linear`` re-lays its
-    weight out on every call of more than one row, the packed product does not, and rounds
-    differently (within 1e-5 of it: tests/test_lean.py). Elsewhere (bf16
+    transformers' calls. fp32: packed by MKL (``packed == "mkl"``) for passes of more than one
+    row: ``F.linear`` re-lays its weight out on every such call, the packed product does not, and
+    rounds differently (within 1e-5 of it: tests/test_lean.py); a one-row pass (a plain decode
+    step) keeps ``F.linear``, faster there (``products``) and transformers' own bits. Elsewhere (bf16
     without bf16 units, float16) each product reads its module's own weight through
     ``F.linear``, with no copy."""
 
@@ -118,14 +119,13 @@ class Projection:
             self.weight = (torch.ops.mkldnn._reorder_linear_weight(weight, 1)
                            if self.packed == "onednn" else
                            torch.ops.mkl._mkl_reorder_linear_weight(weight, PACK_ROWS))
-        else:
-            self.parts = [(lin.weight, lin.bias) for lin in linears]
+        self.parts = [(lin.weight, lin.bias) for lin in linears]
 
     def __call__(self, x: torch.Tensor):
-        if not self.packed:
-            ys = [F.linear(x, w, b) for w, b in self.parts]
-            return ys[0] if len(ys) == 1 else ys
         rows = x.reshape(-1, x.shape[-1])
+        if not self.packed or (self.packed == "mkl" and rows.shape[0] == 1):
+            ys = [F.linear(x, w, b) for w, b in self.parts]      # one row: F.linear's own is
+            return ys[0] if len(ys) == 1 else ys                # faster than the packed one
         if self.packed == "mkl":
             y = torch.ops.mkl._mkl_linear(rows, self.weight, self.plain, self.bias, rows.shape[0])
         else:

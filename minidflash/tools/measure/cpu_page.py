@@ -39,32 +39,30 @@ def profile(before: str, after: str) -> str:
     return "\n".join(rows)
 
 
-def table(two: str, one: str, before: str) -> str:
-    """The default against plain decoding on that CPU, per suite, two / one thread(s): tau, the
-    speedup over the fastest plain and over transformers' ``generate``, tokens per second, the
-    default before (F.linear, the shipped curves) and answers identical to plain decoding."""
-    rows = ["| suite | tau | over the fastest plain | over `generate` | plain, lean, tokens/s | "
-            "the default, tokens/s | before: over plain | identical |",
+def table(two: str, before: str) -> str:
+    """The default against plain decoding on that CPU, per suite: tau, the speedup over the
+    fastest plain (of the lean pass, transformers' forward in our loop and transformers'
+    ``generate``) and over ``generate``, tokens per second, the default before (``F.linear``,
+    the shipped curves) and answers identical to plain decoding."""
+    rows = ["| suite | tau | over the fastest plain | over `generate` | the fastest plain, tokens/s "
+            "| the default, tokens/s | before: over plain | identical |",
             "|---|---|---|---|---|---|---|---|"]
-    s2, s1, sb = suites(two), suites(one), suites(before)
+    s2, sb, run = suites(two), suites(before), read(two)
     for s, label in SUITES.items():
         if s not in s2:
             continue
-        m2, m1 = s2[s]["methods"], s1[s]["methods"]
-        both = lambda f: f"{f(m2)} / {f(m1)}"
-        over_gen = lambda m: f"{m['dflash']['tokens_per_s'] / m['generate']['tokens_per_s']:.2f}x"
+        x, m = s2[s], s2[s]["methods"]
         prior = (f"{sb[s]['methods']['dflash']['speedup_vs_fastest_plain']:.2f}x"
                  if s in sb else "-")
         rows.append(
-            f"| {label} | {both(lambda m: format(m['dflash']['tau'], '.2f'))} | "
-            f"{both(lambda m: format(m['dflash']['speedup_vs_fastest_plain'], '.2f') + 'x')} | "
-            f"{both(over_gen)} | {both(lambda m: format(m['plain']['tokens_per_s'], '.1f'))} | "
-            f"{both(lambda m: format(m['dflash']['tokens_per_s'], '.1f'))} | {prior} | "
-            f"{m2['dflash']['identical_count']}/{s2[s]['prompts']} / "
-            f"{m1['dflash']['identical_count']}/{s1[s]['prompts']} |")
-    same, n = identical((two, one))
+            f"| {label} | {m['dflash']['tau']:.2f} | {m['dflash']['speedup_vs_fastest_plain']:.2f}x "
+            f"| {m['dflash']['tokens_per_s'] / m['generate']['tokens_per_s']:.2f}x | "
+            f"{m[x['fastest_plain']]['tokens_per_s']:.1f} ({x['fastest_plain']}) | "
+            f"{m['dflash']['tokens_per_s']:.1f} | {prior} | "
+            f"{m['dflash']['identical_count']}/{x['prompts']} |")
+    same, n = identical((two,))
     rows.append("")
-    rows.append(f"Two threads / one; before: the same CPU and two threads with `F.linear`'s "
+    rows.append(f"{run.get('threads')} threads; before: the same CPU and threads with `F.linear`'s "
                 f"products and the drafter's shipped curves (`{before.split('/')[-1]}`). "
                 f"{same} of {n} answers identical to plain decoding's.")
     return "\n".join(rows)

@@ -124,8 +124,8 @@ def exact_default(one: str, two: str, fp32: str) -> str:
     return (f"**Exact mode** (`exact=True`, `/exact`; notebook 14) gives every pass after the "
             f"prefill one shape, W rows, and sums attention in index order, so the output is "
             f"plain exact decoding's at the same W, bf16 too. Its default drafting was chosen on "
-            f"the dev prompts with every pass priced at W rows (`budget exact`; here "
-            f"`{partner}`'s W). On {machine(read(one))}, the test part of "
+            f"the dev prompts with every pass priced at W rows (`budget exact`), W = "
+            f"{partner.split(':')[-1]} here. On {machine(read(one))}, the test part of "
             f"{len(suites(one))} suites in bf16{', alone on the machine' if alone else ''}, "
             f"one and two threads: {span(over_exact)} the speed of plain exact decoding "
             f"(`{partner}`), {span(over_plain)} that of plain decoding without exact mode "
@@ -160,10 +160,10 @@ def cpu_kind(results: dict) -> str:
     """A file's CPU kind in a table's words: its model, bf16 units or not, and what held its
     kernels to an older instruction set (``target.HOLDS``), where something did."""
     m = results.get("machine") or {}
-    held = m.get("held_by")
-    units = {True: "bf16 units", False: "no bf16 units"}.get(m.get("native_bf16"), "?")
     cpu = m.get("cpu", "CPU not recorded").replace("(R)", "").replace(" Processor", "")
-    return f"{cpu}, {units}" + (f" (held to {m.get('isa', '?')})" if held else "")
+    if m.get("held_by"):
+        return f"{cpu} held to {m.get('isa', '?')} (no bf16 units in use)"
+    return f"{cpu}, " + {True: "bf16 units", False: "no bf16 units"}.get(m.get("native_bf16"), "?")
 
 
 def cpu_kinds(*names: str) -> str:
