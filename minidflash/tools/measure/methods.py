@@ -291,8 +291,10 @@ def run_methods(targets, tokenizer, rows, specs, drafters, max_new_tokens=256,
                 p["verified"].append(sum(r.verified) / steps)
             elif "llama" in got:        # llama.cpp: its eval time per run, its text against plain
                 llamacpp_plain.record(p, got, ref, tokenizer)
-            else:   # generate: wall time less this prompt's prefill, per new token
-                p["tpot"].append(max(0.0, got["wall"] - plain.prefill_time) / max(1, len(got["new"])))
+            else:   # generate: wall time less this prompt's prefill, per new token (the wall
+                # time alone where a short answer's wall is within the prefill's noise)
+                after = got["wall"] - plain.prefill_time
+                p["tpot"].append((after if after > 0 else got["wall"]) / max(1, len(got["new"])))
             p["same"].append(got.get("same", got["new"] == ref))
             if not p["same"][-1]:
                 m = parse(refs[spec])
