@@ -44,9 +44,8 @@ def cache_dir() -> Path:
     return Path(os.environ.get("MINIDFLASH_PRICES") or "~/.cache/minidflash/prices").expanduser()
 
 
-def cpu_kind() -> dict:
-    """What a CPU's prices depend on: its model name, the instruction set torch's kernels run
-    with, and whether it multiplies bf16 in hardware (oneDNN's test)."""
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo's), or what ``platform`` says where there is none."""
     model = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -54,7 +53,13 @@ def cpu_kind() -> dict:
                           if line.startswith("model name")), model)
     except OSError:                                    # not Linux
         pass
-    return {"model": model, "isa": torch.backends.cpu.get_cpu_capability(),
+    return model
+
+
+def cpu_kind() -> dict:
+    """What a CPU's prices depend on: its model name, the instruction set torch's kernels run
+    with, and whether it multiplies bf16 in hardware (oneDNN's test)."""
+    return {"model": cpu_model(), "isa": torch.backends.cpu.get_cpu_capability(),
             "bf16_units": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())}
 
 

@@ -23,7 +23,6 @@ the user's cache (``~/.cache/minidflash``), so that later loads read safetensors
 from __future__ import annotations
 
 import os
-import platform
 import shutil
 import sys
 import warnings
@@ -35,6 +34,7 @@ from .core.drafter import default_target_layer_ids
 from .core.paper import PAPER
 from .files import recover
 from .paths import TINY_TARGET_DIR
+from .prices import cpu_model
 from .hub import PACKAGED, fetch_packaged, local_only, not_found, user_cache_dir
 from .weights import (check_config_values, check_finite, check_target_folder,  # noqa: F401
                       read_json, rope_thetas, tokenizer_error)    # read_json: checkpoints'
@@ -99,15 +99,8 @@ def describe_machine() -> dict:
     near flat with it, steep without), the instruction set torch's kernels ran with and what
     held them to it (``HOLDS``, where set) and torch's version. Timings from machines that differ
     here are not comparable."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f
-                        if line.startswith("model name")), cpu)
-    except OSError:                       # not Linux
-        pass
     held = {k: os.environ[k] for k in HOLDS if os.environ.get(k)}
-    return {"cpu": cpu, "cores": os.cpu_count(), "native_bf16": native_bf16("cpu"),
+    return {"cpu": cpu_model(), "cores": os.cpu_count(), "native_bf16": native_bf16("cpu"),
             "isa": torch.backends.cpu.get_cpu_capability(), **({"held_by": held} if held else {}),
             "torch": torch.__version__}
 
