@@ -34,7 +34,8 @@ the same, so a leaner pass speeds plain and speculative decoding alike.
    sums in another order and the last bit of an attention output differs. A decode then parts
    from transformers' only where two tokens tie in bf16 (each parting at a logit gap of 0 or
    one bf16 step: ``plain/nolean`` in data/results/smollm2_lean_1thread.json). In fp32 the
-   attention is transformers' call.
+   attention is transformers' arithmetic; under a mask (a verify pass) the key heads are shared
+   in the kernel (``shared_heads``) where transformers copies them, the same bits.
 
 tests/test_lean.py compares the logits and every layer's hidden states with transformers' on
 every kind of pass a decode makes. Both passes split by ``step-profile`` are in
@@ -47,11 +48,14 @@ which llama.cpp runs faster over the same bf16 weights (``bench --methods llamac
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import weakref
 
 import torch
 import torch.nn.functional as F
+from torch.utils.weak import WeakIdKeyDictionary
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import create_causal_mask
 
@@ -116,9 +120,7 @@ class Projection:
             biases = [lin.bias for lin in linears]
             self.bias = None if biases[0] is None else torch.cat([b.detach() for b in biases])
             self.plain = weight                           # MKL's call reads the unpacked too
-            self.weight = (torch.ops.mkldnn._reorder_linear_weight(weight, 1)
-                           if self.packed == "onednn" else
-                           torch.ops.mkl._mkl_reorder_linear_weight(weight, PACK_ROWS))
+            self.weight = pack(weight, self.packed)
         self.parts = [(lin.weight, lin.bias) for lin in linears]
 
     def __call__(self, x: torch.Tensor):
@@ -132,6 +134,86 @@ class Projection:
             y = torch.ops.mkldnn._linear_pointwise(rows, self.weight, self.bias, "none", [], "")
         y = y.view(*x.shape[:-1], y.shape[-1])
         return y.split(self.sizes, -1) if len(self.sizes) > 1 else y
+
+
+def packing_threads() -> int:
+    """The threads a weight is packed for: every core, or more where torch was asked for more."""
+    return max(torch.get_num_threads(), os.cpu_count() or 1)
+
+
+def pack(weight: torch.Tensor, kind: str) -> torch.Tensor:
+    """weight laid out once for ``kind``'s products ("onednn" or "mkl"), for every core: MKL lays
+    a packed weight out for the threads at hand (packed at one thread, a product stays on one
+    thread after set_num_threads(2), the same bits either way)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(packing_threads())
+    try:
+        return (torch.ops.mkldnn._reorder_linear_weight(weight, 1) if kind == "onednn" else
+                torch.ops.mkl._mkl_reorder_linear_weight(weight, PACK_ROWS))
+    finally:
+        torch.set_num_threads(before)
+
+
+_PACKED = WeakIdKeyDictionary()   # weight -> (what it was when packed, the packed copy)
+
+
+def packed_product(weight: torch.Tensor):
+    """``f(x, bias)``: ``F.linear(x, weight, bias)`` as ``Projection`` runs it, the packing
+    decided and done once (kept beside the weight, packed again when it changes): where the CPU
+    packs the weight's dtype, the packed product, but ``F.linear`` for one row in fp32; elsewhere,
+    and for a weight that trains, ``F.linear``."""
+    kind = "onednn" if native_packing(weight) else "mkl" if mkl_packing(weight) else None
+    if kind is None or weight.requires_grad and torch.is_grad_enabled():
+        return lambda x, bias=None: F.linear(x, weight, bias)
+    kept = _PACKED.get(weight)          # a cast (module.to) swaps the data under the same tensor
+    now = (version(weight), weight.dtype, weight.data_ptr(), packing_threads())
+    if kept is None or kept[0] != now:
+        kept = _PACKED[weight] = (now, pack(weight.detach(), kind))
+    packed = kept[1]
+
+    def f(x: torch.Tensor, bias: torch.Tensor | None = None):
+        rows = x.reshape(-1, x.shape[-1])
+        if kind == "onednn":
+            y = torch.ops.mkldnn._linear_pointwise(rows, packed, bias, "none", [], "")
+        elif rows.shape[0] > 1:
+            y = torch.ops.mkl._mkl_linear(rows, packed, weight, bias, rows.shape[0])
+        else:
+            return F.linear(x, weight, bias)
+        return y.view(*x.shape[:-1], y.shape[-1])
+    return f
+
+
+def product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None):
+    """``F.linear(x, weight, bias)`` through ``packed_product(weight)``: the drafter's product
+    with the target's head in a lean decode (``drafting``)."""
+    return packed_product(weight)(x, bias)
+
+
+def version(t: torch.Tensor) -> int:
+    """t's count of in-place edits; an inference tensor (a drafter's slice of the head made in a
+    decode) keeps none, and a decode never edits one."""
+    return -1 if t.is_inference() else t._version
+
+
+@contextlib.contextmanager
+def drafting(drafter):
+    """While a lean decode runs: every ``nn.Linear`` of the drafter, and the target's head as the
+    drafter applies it (``head_product``), multiplies through ``packed_product``, its weight
+    packed once. A draft is a proposal: its products may round differently from ``F.linear``
+    (fp32) without touching what the target keeps. Everything is as before on leaving."""
+    linears = [m for m in drafter.modules() if isinstance(m, torch.nn.Linear)]
+    for m in linears:
+        m.forward = functools.partial(packed_product(m.weight), bias=m.bias)
+    head = vars(drafter).get("head_product")
+    if head is not None:
+        drafter.head_product = product
+    try:
+        yield drafter
+    finally:
+        for m in linears:
+            vars(m).pop("forward", None)
+        if head is not None:
+            drafter.head_product = head
 
 
 def rms_norm(x: torch.Tensor, norm) -> torch.Tensor:
@@ -159,6 +241,16 @@ def attend(q, k, v, mask, scaling: float):
     return out.view(N, H, T, D).transpose(1, 2)
 
 
+def shared_heads(q, k, v, mask, scaling: float):
+    """fp32 SDPA of q (N, heads, T, D) over k, v (N, kv heads, L, D) under a mask, each key head
+    read by its query heads in the kernel (``enable_gqa``): (N, T, heads, D). transformers' call
+    copies every key head for each query head first (``repeat_kv``); the kernel's rows are the
+    same bits (tests/test_lean.py), without the copies (``step-profile``)."""
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling,
+                                         enable_gqa=k.shape[1] != q.shape[1])
+    return out.transpose(1, 2)
+
+
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """The rotary embedding of x (N, heads, T, D) at cos, sin (N, 1, T, D)."""
     half = x.shape[-1] // 2
@@ -174,16 +266,8 @@ class LeanTarget:
             raise ValueError(f"{why}; decode with lean=False (--no-lean).")
         self.model, self.body = model, model.base_model
         self.layers = []
-        # MKL lays packed weights out for the threads at hand: packed at one thread, a product
-        # stays on one thread after set_num_threads(2) (the same bits either way). So pack for
-        # every core, and pack again if a decode ever asks for more threads (``of``).
-        before = torch.get_num_threads()
-        self.threads = max(before, os.cpu_count() or 1)
-        torch.set_num_threads(self.threads)
-        try:
-            self.build()
-        finally:
-            torch.set_num_threads(before)
+        self.threads = packing_threads()     # packed again if a decode asks for more (``of``)
+        self.build()
         self.cos = self.sin = None
         self.params = list(self.model.parameters())
         self.source = self.weights()
@@ -246,6 +330,8 @@ class LeanTarget:
                 out = invariant_attention(q, k, v, mask, p["attn"].scaling, seen=seen)
             elif packed_gqa and (mask is not None or T == 1):
                 out = attend(q, k, v, mask, p["attn"].scaling)
+            elif mask is not None and T > 1:                # fp32 under a mask: shared key heads
+                out = shared_heads(q, k, v, mask, p["attn"].scaling)
             else:                                           # transformers' own choice
                 out, _ = sdpa_attention_forward(p["attn"], q, k, v, mask, dropout=0.0,
                                      scaling=p["attn"].scaling)

@@ -8,13 +8,16 @@ from it, and nothing else:
 * the proposer: the core's chain of a block (``BlockProposer``), plain decoding's proposal of
   nothing, a tree (``tree.TreeProposer``), or either chain inside the confidence cut and the cost
   model (``verify_cost.Budgeted``); the AR rival drafts through the same chain proposer;
-* the forward: ``decoding.TargetPass`` (transformers' forward, the lean pass or exact mode);
+* the forward: ``decoding.TargetPass`` (transformers' forward, the lean pass or exact mode),
+  and in a lean decode the drafter's products packed once (``lean.drafting``);
 * the pick: ``decoding.Pick`` (greedy with bf16 near-ties decided in fp32, or a sample);
 * the state: the core's ``Sequence``, or a ragged batch (``batch.Batch``);
 * on_step: the timings (``decoding.Stopwatch``), the trust of a cost model, the step records.
 """
 
 from __future__ import annotations
+
+from contextlib import nullcontext
 
 import torch
 
@@ -23,6 +26,7 @@ from .batch import Batch
 from .decoding import GenerationResult, Pick, Stopwatch, TargetPass, result, tie_head
 from .prepare import prepare
 from .decoding_config import DecodingConfig
+from .lean import drafting
 from .tree import TreeProposer
 from .verify_cost import Budgeted
 
@@ -72,7 +76,8 @@ def speculative_generate(target, drafter, input_ids: torch.Tensor,
     state = Sequence(input_ids, cfg.max_new_tokens, cfg.stop_token_ids,
                      drafter.target_layer_ids if B > 1 else None,
                      drafter.new_cache() if B > 1 else None)
-    generate(state, propose, forward, pick, on_step)
+    with drafting(drafter) if cfg.lean and drafter is not None and B > 1 else nullcontext():
+        generate(state, propose, forward, pick, on_step)
     return result(input_ids, state.new, cfg, state.accepted, state.drafted, watch.total(),
                   steps=records, verified=state.verified)
 
@@ -144,7 +149,8 @@ def speculative_generate_batch(target, drafter, input_ids: torch.Tensor,
     state = Batch(input_ids, mask, cfg.max_new_tokens, cfg.stop_token_ids,
                   drafter.target_layer_ids if B > 1 else None,
                   drafter.new_cache() if B > 1 else None, on_end=lambda i: times[i].update(end=watch.now()))
-    generate(state, propose, forward, pick, on_step)
+    with drafting(drafter) if cfg.lean and drafter is not None and B > 1 else nullcontext():
+        generate(state, propose, forward, pick, on_step)
     t1 = watch.prefilled
     return [result(input_ids[i:i + 1, S - state.lengths[i]:], state.new[i], cfg, state.accepted[i],
                    state.drafted[i], {"prefill": watch.times["prefill"], "draft": times[i]["draft"],

@@ -185,6 +185,7 @@ class DFlashDrafter(nn.Module):
         # (the published tensors stay exactly as they are): see set_draft_vocab
         self.register_buffer("draft_vocab", None, persistent=False)
         self._head_rows = None  # (weakref to lm_head weight, its version, vocab, rows): the slice
+        self.head_product = nn.functional.linear   # the head's product (lean.drafting: packed)
         self.apply(self._init_weights)
 
     def set_draft_vocab(self, token_ids) -> None:
@@ -200,13 +201,12 @@ class DFlashDrafter(nn.Module):
 
     def logits(self, target, h: torch.Tensor) -> torch.Tensor:
         """The target's lm_head on drafter states h (..., H): (..., V), or (..., K) over the draft
-        vocabulary when one is set (index i is token ``draft_vocab[i]``). The product runs on h
-        as a matrix: torch multiplies a 3-D slice such as h[:, 1:] as a batch, copying the whole
-        head for it every call (a large share of a SmolLM2 draft; the same bits either way)."""
+        vocabulary when one is set (index i is token ``draft_vocab[i]``), by ``head_product`` on h
+        as a matrix (a 3-D slice would be multiplied as a batch, copying the head every call)."""
         head = target.get_output_embeddings()
         flat = h.to(head.weight.dtype).reshape(-1, h.shape[-1])   # a drafter may run in another dtype
         if self.draft_vocab is None:
-            return head(flat).view(*h.shape[:-1], -1)
+            return self.head_product(flat, head.weight, head.bias).view(*h.shape[:-1], -1)
         bias = None if head.bias is None else head.bias[self.draft_vocab]
         if head.weight.requires_grad:    # a head that trains is sliced afresh every call
             rows = head.weight[self.draft_vocab]
@@ -217,7 +217,7 @@ class DFlashDrafter(nn.Module):
                 or (rows.is_inference() and not torch.is_inference_mode_enabled())):
             rows = head.weight.detach().index_select(0, self.draft_vocab)     # (K, H), once
             self._head_rows = (weakref.ref(head.weight), head.weight._version, self.draft_vocab, rows)
-        return nn.functional.linear(flat, rows, bias).view(*h.shape[:-1], -1)
+        return self.head_product(flat, rows, bias).view(*h.shape[:-1], -1)
 
     def _init_weights(self, module):
         if isinstance(module, nn.Linear):
