@@ -24,12 +24,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
 from ...decoding import crop_cache, target_pass
+from ...lean import drafting
 from ...prepare import lean_of
 from ...paths import TINY_DRAFTER_DIR, TINY_TARGET_DIR, repo_relative
 from ...checkpoints import load_drafter
@@ -158,9 +160,10 @@ def step_times(target, drafter, context: int = 512, repeats: int = 20,
         out[f"verify_{B}_ms"] = median(verify)
         if B > 1:
             dcache = drafter.new_cache()
-            drafter.draft(target, ids[:, -1], hidden, context, dcache, B)   # context in the cache
-            out[f"draft_{B}_ms"] = median(
-                lambda: drafter.draft(target, ids[:, -1], hidden[:, :0], context, dcache, B))
+            with drafting(drafter) if lean else nullcontext():           # as a decode drafts
+                drafter.draft(target, ids[:, -1], hidden, context, dcache, B)   # context cached
+                out[f"draft_{B}_ms"] = median(
+                    lambda: drafter.draft(target, ids[:, -1], hidden[:, :0], context, dcache, B))
     out["decode_ms"] = out.pop("verify_1_ms")
     return {**out, "lean": lean}
 

@@ -12,6 +12,7 @@ not on the weights' values.
 from __future__ import annotations
 
 import argparse
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -22,6 +23,7 @@ from ... import prices
 from ...decoding import crop_cache, target_pass
 from ...decoding_config import DecodingConfig
 from ...files import save_figure
+from ...lean import drafting
 from ...prepare import lean_of
 from ..common import median_ms, take_turns
 
@@ -93,9 +95,10 @@ def verify_curve(target, drafter, context: int = 256, max_k: int = 16, repeats: 
     hidden = torch.randn(1, context, len(drafter.target_layer_ids) * target.config.hidden_size,
                          device=device, dtype=target.dtype)
     dcache, B = drafter.new_cache(), min(drafter.block_size, max_k)
-    drafter.draft(target, ids[:, context - 1], hidden, context, dcache, B)
-    draft = median_ms(lambda: drafter.draft(target, ids[:, context - 1], hidden[:, :0], context,
-                                            dcache, B), repeats, device)
+    with drafting(drafter) if lean else nullcontext():          # as a decode drafts
+        drafter.draft(target, ids[:, context - 1], hidden, context, dcache, B)
+        draft = median_ms(lambda: drafter.draft(target, ids[:, context - 1], hidden[:, :0],
+                                                context, dcache, B), repeats, device)
     return {"verify_ms": ms, "draft_ms": draft, "lean": lean}
 
 
