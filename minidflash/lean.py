@@ -43,7 +43,9 @@ data/results/step_profile_smollm2_bfloat16.json; what is left is mostly the matr
 which llama.cpp runs faster over the same bf16 weights (``bench --methods llamacpp-plain/bf16``).
 
 ``decoding.target_pass`` runs it when the config's ``lean`` is on (the default where
-``supports`` says the target can: a CPU model of those families).
+``supports`` says the target can: a CPU model of those families). The drafter's products get the
+same packing for the length of such a decode (``drafting``, tests/test_lean_drafting.py): its
+nn.Linear modules and the target's head as it applies it, restored on leaving.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ before and after the packed fp32 products, and the default against every plain d
 
 from __future__ import annotations
 
-from .prose import SUITES, cpu_kind, identical, read, span, suites
+from .prose import SUITES, cpu_kind, identical, read, span, suites, than
 
 
 def _steps(name: str, k: int) -> list[float]:
@@ -19,9 +19,16 @@ def curves(before: str, after: str) -> str:
     return (f"On {cpu_kind(read(after))}, in fp32, a target pass over 2 tokens cost "
             f"{span(_steps(before, 2), unit='')} one-token passes and one over 16 tokens "
             f"{span(_steps(before, 16), unit='')} with `F.linear`'s products "
-            f"(`{before.split('/')[-1]}`); with the lean pass's MKL-packed products "
-            f"{span(_steps(after, 2), unit='')} and {span(_steps(after, 16), unit='')} "
-            f"(`{after.split('/')[-1]}`), at {threads} thread(s).")
+            f"(`{before.split('/')[-1]}`); with the lean pass's (MKL-packed products, key heads "
+            f"shared in SDPA's kernel) {span(_steps(after, 2), unit='')} and "
+            f"{span(_steps(after, 16), unit='')} (`{after.split('/')[-1]}`), at {threads} "
+            f"thread(s). A draft cost {span(_draft(before), unit='')} one-token passes before and "
+            f"{span(_draft(after), unit='')} after (the drafter's products packed too).")
+
+
+def _draft(name: str) -> list[float]:
+    """A drafter call in one-token passes, per thread count of a curve file."""
+    return [c["draft_ms"] / c["verify_ms"][0] for c in read(name)["threads"].values()]
 
 
 def profile(before: str, after: str) -> str:
@@ -39,15 +46,20 @@ def profile(before: str, after: str) -> str:
     return "\n".join(rows)
 
 
-def table(two: str, before: str) -> str:
+def table(two: str, before: str, rerun: str | None = None) -> str:
     """The default against plain decoding on that CPU, per suite: tau, the speedup over the
     fastest plain (of the lean pass, transformers' forward in our loop and transformers'
-    ``generate``) and over ``generate``, tokens per second, the default before (``F.linear``,
-    the shipped curves) and answers identical to plain decoding."""
-    rows = ["| suite | tau | over the fastest plain | over `generate` | the fastest plain, tokens/s "
+    ``generate``; and in the same command run again, ``rerun``) and over ``generate``, tokens per
+    second, the default before (``F.linear``, the shipped curves) and answers identical to plain
+    decoding."""
+    rows = ["| suite | tau | over the fastest plain" + (", run again" if rerun else "")
+            + " | over `generate` | the fastest plain, tokens/s "
             "| the default, tokens/s | before: over plain | identical |",
             "|---|---|---|---|---|---|---|---|"]
     s2, sb, run = suites(two), suites(before), read(two)
+    sr = suites(rerun) if rerun else {}
+    again = lambda s: (f" / {sr[s]['methods']['dflash']['speedup_vs_fastest_plain']:.2f}x"
+                       if s in sr else "")
     for s, label in SUITES.items():
         if s not in s2:
             continue
@@ -55,14 +67,45 @@ def table(two: str, before: str) -> str:
         prior = (f"{sb[s]['methods']['dflash']['speedup_vs_fastest_plain']:.2f}x"
                  if s in sb else "-")
         rows.append(
-            f"| {label} | {m['dflash']['tau']:.2f} | {m['dflash']['speedup_vs_fastest_plain']:.2f}x "
+            f"| {label} | {m['dflash']['tau']:.2f} | {m['dflash']['speedup_vs_fastest_plain']:.2f}x"
+            f"{again(s)} "
             f"| {m['dflash']['tokens_per_s'] / m['generate']['tokens_per_s']:.2f}x | "
             f"{m[x['fastest_plain']]['tokens_per_s']:.1f} ({x['fastest_plain']}) | "
             f"{m['dflash']['tokens_per_s']:.1f} | {prior} | "
             f"{m['dflash']['identical_count']}/{x['prompts']} |")
-    same, n = identical((two,))
+    same, n = identical((two, rerun) if rerun else (two,))
     rows.append("")
-    rows.append(f"{run.get('threads')} threads; before: the same CPU and threads with `F.linear`'s "
+    rows.append(f"{run.get('threads')} threads; "
+                + (f"run again: the same command, `{rerun.split('/')[-1]}`; " if rerun else "")
+                + f"before: the same CPU and threads with `F.linear`'s "
                 f"products and the drafter's shipped curves (`{before.split('/')[-1]}`). "
                 f"{same} of {n} answers identical to plain decoding's.")
     return "\n".join(rows)
+
+
+def threads(one: str, two: str) -> str:
+    """The default at one thread against two on that CPU: its speedup over the fastest plain at
+    each, and what the second thread buys it, per suite."""
+    s1, s2 = suites(one), suites(two)
+    both = [s for s in SUITES if s in s1 and s in s2]
+    sp = lambda by: [by[s]["methods"]["dflash"]["speedup_vs_fastest_plain"] for s in both]
+    tps = lambda by: [by[s]["methods"]["dflash"]["tokens_per_s"] for s in both]
+    gain = [b / a for a, b in zip(tps(s1), tps(s2))]
+    same, n = identical((one,))
+    return (f"At one thread (`{one.split('/')[-1]}`) the default ran at {span(sp(s1))} the "
+            f"fastest plain decoding, {span(tps(s1), '{:.1f}', '')} tokens/s; at two, "
+            f"{span(sp(s2))} and {span(tps(s2), '{:.1f}', '')} tokens/s: two threads "
+            f"{than(gain)} than one, {span(gain)} its tokens/s. {same} of {n} answers at one "
+            f"thread identical to plain decoding's.")
+
+
+def dev_chat(name: str) -> str:
+    """MT-Bench's dev prompts on that CPU: the default and the other drafting shapes of a file,
+    their tau and their speedup over the fastest plain decoding."""
+    ms = suites(name)["mtbench"]["methods"]
+    others = [m for m in ms if m not in ("plain", "dflash")]
+    return (f"On MT-Bench's dev prompts (`{name.split('/')[-1]}`) the default drafted at tau "
+            f"{ms['dflash']['tau']:.2f}, {ms['dflash']['speedup_vs_fastest_plain']:.2f}x the "
+            f"fastest plain decoding; " + ", ".join(
+                f"`{m}` at tau {ms[m]['tau']:.2f}, {ms[m]['speedup_vs_fastest_plain']:.2f}x"
+                for m in others) + ".")
