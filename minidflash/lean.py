@@ -130,12 +130,17 @@ class Projection:
         if not self.packed or (self.packed == "mkl" and rows.shape[0] == 1):
             ys = [F.linear(x, w, b) for w, b in self.parts]      # one row: F.linear's own is
             return ys[0] if len(ys) == 1 else ys                # faster than the packed one
-        if self.packed == "mkl":
-            y = torch.ops.mkl._mkl_linear(rows, self.weight, self.plain, self.bias, rows.shape[0])
-        else:
-            y = torch.ops.mkldnn._linear_pointwise(rows, self.weight, self.bias, "none", [], "")
+        y = packed_rows(rows, self.packed, self.weight, self.plain, self.bias)
         y = y.view(*x.shape[:-1], y.shape[-1])
         return y.split(self.sizes, -1) if len(self.sizes) > 1 else y
+
+
+def packed_rows(rows, kind: str, packed, plain, bias):
+    """rows (M, in) times a weight packed by ``pack`` for ``kind``: (M, out). MKL's call reads
+    the unpacked weight ``plain`` too."""
+    if kind == "mkl":
+        return torch.ops.mkl._mkl_linear(rows, packed, plain, bias, rows.shape[0])
+    return torch.ops.mkldnn._linear_pointwise(rows, packed, bias, "none", [], "")
 
 
 def packing_threads() -> int:
@@ -175,12 +180,9 @@ def packed_product(weight: torch.Tensor):
 
     def f(x: torch.Tensor, bias: torch.Tensor | None = None):
         rows = x.reshape(-1, x.shape[-1])
-        if kind == "onednn":
-            y = torch.ops.mkldnn._linear_pointwise(rows, packed, bias, "none", [], "")
-        elif rows.shape[0] > 1:
-            y = torch.ops.mkl._mkl_linear(rows, packed, weight, bias, rows.shape[0])
-        else:
+        if kind == "mkl" and rows.shape[0] == 1:
             return F.linear(x, weight, bias)
+        y = packed_rows(rows, kind, packed, weight, bias)
         return y.view(*x.shape[:-1], y.shape[-1])
     return f
 
@@ -198,11 +200,15 @@ def version(t: torch.Tensor) -> int:
 
 
 @contextlib.contextmanager
-def drafting(drafter):
-    """While a lean decode runs: every ``nn.Linear`` of the drafter, and the target's head as the
-    drafter applies it (``head_product``), multiplies through ``packed_product``, its weight
-    packed once. A draft is a proposal: its products may round differently from ``F.linear``
-    (fp32) without touching what the target keeps. Everything is as before on leaving."""
+def drafting(drafter, on: bool = True):
+    """While a lean decode runs (``on``; nothing changes when off or there is no drafter):
+    every ``nn.Linear`` of the drafter, and the target's head as the drafter applies it
+    (``head_product``), multiplies through ``packed_product``, its weight packed once. A draft is
+    a proposal: its products may round differently from ``F.linear`` (fp32) without touching
+    what the target keeps. Everything is as before on leaving."""
+    if drafter is None or not on:
+        yield drafter
+        return
     linears = [m for m in drafter.modules() if isinstance(m, torch.nn.Linear)]
     for m in linears:
         m.forward = functools.partial(packed_product(m.weight), bias=m.bias)

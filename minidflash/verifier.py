@@ -17,8 +17,6 @@ from it, and nothing else:
 
 from __future__ import annotations
 
-from contextlib import nullcontext
-
 import torch
 
 from .core.verifier import BlockProposer, Sequence, generate
@@ -76,7 +74,7 @@ def speculative_generate(target, drafter, input_ids: torch.Tensor,
     state = Sequence(input_ids, cfg.max_new_tokens, cfg.stop_token_ids,
                      drafter.target_layer_ids if B > 1 else None,
                      drafter.new_cache() if B > 1 else None)
-    with drafting(drafter) if cfg.lean and drafter is not None and B > 1 else nullcontext():
+    with drafting(drafter, cfg.lean and B > 1):
         generate(state, propose, forward, pick, on_step)
     return result(input_ids, state.new, cfg, state.accepted, state.drafted, watch.total(),
                   steps=records, verified=state.verified)
@@ -149,7 +147,7 @@ def speculative_generate_batch(target, drafter, input_ids: torch.Tensor,
     state = Batch(input_ids, mask, cfg.max_new_tokens, cfg.stop_token_ids,
                   drafter.target_layer_ids if B > 1 else None,
                   drafter.new_cache() if B > 1 else None, on_end=lambda i: times[i].update(end=watch.now()))
-    with drafting(drafter) if cfg.lean and drafter is not None and B > 1 else nullcontext():
+    with drafting(drafter, cfg.lean and B > 1):
         generate(state, propose, forward, pick, on_step)
     t1 = watch.prefilled
     return [result(input_ids[i:i + 1, S - state.lengths[i]:], state.new[i], cfg, state.accepted[i],

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -160,7 +159,7 @@ def step_times(target, drafter, context: int = 512, repeats: int = 20,
         out[f"verify_{B}_ms"] = median(verify)
         if B > 1:
             dcache = drafter.new_cache()
-            with drafting(drafter) if lean else nullcontext():           # as a decode drafts
+            with drafting(drafter, lean):           # as a decode drafts
                 drafter.draft(target, ids[:, -1], hidden, context, dcache, B)   # context cached
                 out[f"draft_{B}_ms"] = median(
                     lambda: drafter.draft(target, ids[:, -1], hidden[:, :0], context, dcache, B))

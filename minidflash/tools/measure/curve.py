@@ -12,7 +12,6 @@ not on the weights' values.
 from __future__ import annotations
 
 import argparse
-from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -95,7 +94,7 @@ def verify_curve(target, drafter, context: int = 256, max_k: int = 16, repeats: 
     hidden = torch.randn(1, context, len(drafter.target_layer_ids) * target.config.hidden_size,
                          device=device, dtype=target.dtype)
     dcache, B = drafter.new_cache(), min(drafter.block_size, max_k)
-    with drafting(drafter) if lean else nullcontext():          # as a decode drafts
+    with drafting(drafter, lean):          # as a decode drafts
         drafter.draft(target, ids[:, context - 1], hidden, context, dcache, B)
         draft = median_ms(lambda: drafter.draft(target, ids[:, context - 1], hidden[:, :0],
                                                 context, dcache, B), repeats, device)
