@@ -97,3 +97,21 @@ def deeper_drafter(methods: str) -> str:
                      f"{'ahead of both' if three > max(one, ar[0]) else 'not ahead of both'}")
     return (f"The 3-layer drafter is shipped beside the 1-layer one: on the test prompts of "
             f"`{methods}` at one thread, its `dflash:16` ran " + "; ".join(parts) + ".")
+
+
+def chat_folders(*manifests: str) -> str:
+    """More chat answers: per folder (its ``answers.json``) the prompt file it answered (that
+    file's ``.json``: requests kept of those sampled, and the seconds), the answers, their tokens
+    and the seconds the shards took."""
+    lines = ["| folder | requests kept / sampled (seed) | requests, s | answers | answer tokens | "
+             "answers, s (tokens/s) |", "|---|---|---|---|---|---|"]
+    for name in manifests:
+        shards = read(name)["shards"].values()
+        (prompts,) = read(name)["recipe"]["prompts"]
+        made = read(f"data/train_prompts/{prompts.removesuffix('.jsonl')}.json")
+        tokens, seconds = sum(s["answer_tokens"] for s in shards), sum(s["seconds"] for s in shards)
+        lines.append(f"| `{name.rsplit('/', 2)[-2]}/` | {made['kept']:,} / {made['sampled']:,} "
+                     f"({made['seed']}) | {made['seconds']:,.0f} | "
+                     f"{sum(s['answers'] for s in shards):,} | {tokens:,} | "
+                     f"{seconds:,.0f} ({tokens / seconds:.0f}) |")
+    return "\n".join(lines)
