@@ -103,8 +103,8 @@ def chat_folders(*manifests: str) -> str:
     """More chat answers: per folder (its ``answers.json``) the prompt file it answered (that
     file's ``.json``: requests kept of those sampled, and the seconds), the answers, their tokens
     and the seconds the shards took."""
-    lines = ["| folder | requests kept / sampled (seed) | requests, s | answers | answer tokens | "
-             "answers, s (tokens/s) |", "|---|---|---|---|---|---|"]
+    lines = [("| folder | requests kept / sampled (seed) | requests, s | answers | answer tokens | "
+              "answers, s (tokens/s) |"), "|---|---|---|---|---|---|"]
     for name in manifests:
         shards = read(name)["shards"].values()
         (prompts,) = read(name)["recipe"]["prompts"]
@@ -115,3 +115,31 @@ def chat_folders(*manifests: str) -> str:
                      f"{sum(s['answers'] for s in shards):,} | {tokens:,} | "
                      f"{seconds:,.0f} ({tokens / seconds:.0f}) |")
     return "\n".join(lines)
+
+
+def chat_trial(dev_tau: str, dev_speed: str, rerun: str) -> str:
+    """A trial drafter against the shipped one on the dev part: tau of the whole block
+    (``dflash:8`` and ``dflash:8@TRIAL``) and the default decoding's speedup over the fastest
+    plain (``dflash`` and ``dflash@TRIAL``), per suite, in a run and its rerun; each gain beside
+    how far a method's own speedup moved between the two runs."""
+    tau, runs = read(dev_tau), [read(dev_speed), read(rerun)]
+    trial = next(m.partition("@")[2] for m in tau["methods"] if "@" in m)
+    ours = ("dflash", f"dflash@{trial}")
+    x = lambda run, suite, m: run["suites"][suite]["methods"][m]["speedup_vs_fastest_plain"]
+    lines = [("| suite | tau, B = 8: shipped / trial | the default over the fastest plain: shipped / "
+              "trial (tau), run and rerun |"), "|---|---|---|"]
+    for suite, r in tau["suites"].items():
+        t = r["methods"]
+        both = "; ".join(" / ".join(f"{x(run, suite, m):.2f}x ({run['suites'][suite]['methods'][m]['tau']:.2f})"
+                                    for m in ours) for run in runs)
+        lines.append(f"| {suite} | {t['dflash:8']['tau']:.2f} / {t[f'dflash:8@{trial}']['tau']:.2f} | {both} |")
+    gain = lambda suite: " and ".join(f"{x(run, suite, ours[1]) - x(run, suite, ours[0]):+.2f}x" for run in runs)
+    spread = max(abs(x(runs[0], s, m) - x(runs[1], s, m)) for s in tau["suites"] for m in ours)
+    chat = tau["suites"]["mtbench"]["methods"]
+    return "\n".join(lines) + (
+        f"\n\nFour times the chat raised MT-Bench's tau by {chat[f'dflash:8@{trial}']['tau'] - chat['dflash:8']['tau']:+.2f} "
+        f"and the default's speedup there by {gain('mtbench')} (run, rerun; the other suites "
+        + ", ".join(f"{s} {gain(s)}" for s in tau["suites"] if s != "mtbench")
+        + f"), where a method's own speedup moved by up to {spread:.2f}x between the two runs: more "
+          "chat of this kind moves MT-Bench little on a CPU without bf16 units, so run 15 was not "
+          "shipped.")
