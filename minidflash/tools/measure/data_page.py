@@ -106,8 +106,9 @@ def chat_folders(*manifests: str) -> str:
     lines = [("| folder | requests kept / sampled (seed) | requests, s | answers | answer tokens | "
               "answers, s (tokens/s) |"), "|---|---|---|---|---|---|"]
     for name in manifests:
-        shards = read(name)["shards"].values()
-        (prompts,) = read(name)["recipe"]["prompts"]
+        manifest = read(name)
+        shards = manifest["shards"].values()
+        (prompts,) = manifest["recipe"]["prompts"]
         made = read(f"data/train_prompts/{prompts.removesuffix('.jsonl')}.json")
         tokens, seconds = sum(s["answer_tokens"] for s in shards), sum(s["seconds"] for s in shards)
         lines.append(f"| `{name.rsplit('/', 2)[-2]}/` | {made['kept']:,} / {made['sampled']:,} "
