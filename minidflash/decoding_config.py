@@ -22,6 +22,9 @@ stops. A drafter's ``decoding.json`` loads into one (``DecodingConfig.of(drafter
     record_steps    keep every step's drafts and the target's choices (a chain's)
     lean            the target's passes through lean.py (packed weights, one loop over the
                     layers; the same numbers): None where the target supports it, else off
+    draft_int8      in a lean decode, the drafter's products in int8 (lean.int8_product; a draft
+                    is a proposal, so the output is the same): None where it would multiply
+                    fp32 weights on a CPU without bf16 units (lean.int8_by_default)
     exact           exact mode (exact.py): every target pass after the prefill W rows and an
                     attention reduced in index order, so a token's logits are the same bits
                     whichever pass computes it: greedy output equals plain decoding's at the
@@ -38,7 +41,8 @@ The text of a config (``str(config)``, ``DecodingConfig.parse``; decoding_text.p
 method names and the results files' keys: ``plain``, ``dflash[:B]``, ``tree[:B]/nN/topK``, then
 any of ``/pP`` (the cut), ``/cost``, ``/trustW``, ``/T0.7`` (temperature), ``/argmax`` (fp32_ties
 off), ``/steps`` (record_steps), ``/nolean`` (``/lean`` asks for it where a target could refuse;
-a config prints nothing for it on), ``/exact`` or ``/exact:W``. The length and the stops belong
+a config prints nothing for it on), ``/int8`` or ``/noint8`` (draft_int8), ``/exact`` or
+``/exact:W``. The length and the stops belong
 to the call and are not in the text.
 
 Exact mode's W. Two decodes give the same tokens only at the same W, so a decode keeps one W
@@ -67,7 +71,7 @@ MIN_TEMPERATURE = 1e-4
 MAX_TREE_NODES = 128       # a verify pass over more nodes costs more than any path can repay
 EXACT_ROWS = 16            # W of plain decoding in exact mode when none is named (the paper's B)
 TEXT_FIELDS = ("block_size", "p_min", "cost", "trust", "tree", "temperature", "fp32_ties",
-               "record_steps", "lean", "exact")   # a method's text names these; the rest the call's
+               "record_steps", "lean", "draft_int8", "exact")   # a method's text names these
 FILE_FIELDS = ("block_size", "p_min", "cost", "trust", "tree", "temperature", "fp32_ties")
 
 
@@ -140,6 +144,7 @@ class DecodingConfig:
     fp32_ties: bool = True
     record_steps: bool = False
     lean: bool | None = None
+    draft_int8: bool | None = None
     exact: bool | int = False
 
     def __post_init__(self):
@@ -190,6 +195,10 @@ class DecodingConfig:
         if not (self.lean is None or isinstance(self.lean, bool)):
             raise ValueError(f"lean must be True, False or None (where the target supports it), "
                              f"got {self.lean!r}.")
+        if not (self.draft_int8 is None or isinstance(self.draft_int8, bool)):
+            raise ValueError(f"draft_int8 must be True, False or None (int8 drafts where the "
+                             f"drafter would multiply fp32 on a CPU without bf16 units), got "
+                             f"{self.draft_int8!r}.")
         if self.tree is not None and (p or self.record_steps):
             which = f"p_min={p!r}" if p else "record_steps=True"
             raise ValueError(f"{which} with tree={self.tree!r}: p_min and record_steps are a "

@@ -9,6 +9,7 @@ and in words (``words_of``: ``describe``).
     /steps                                     record_steps
     /nolean, /lean                             the lean pass off, or asked for where a target
                                                could refuse (a config prints nothing for it on)
+    /int8, /noint8                             draft_int8 on or off (unsaid: where it pays)
     /exact, /exact:W                           exact mode: W from the drafting, or W rows
 
 ``text_of(config)`` is ``str(config)``; ``parse(DecodingConfig, text)`` is
@@ -22,7 +23,7 @@ from dataclasses import fields
 
 import torch
 
-from . import prices
+from . import lean, prices
 from .verify_cost import VerifyCost, for_threads
 
 
@@ -44,6 +45,7 @@ def text_of(c) -> str:
     text += "" if c.fp32_ties else "/argmax"
     text += "/steps" if c.record_steps else ""
     text += "/nolean" if c.lean is False else ""           # lean on: the default, unsaid
+    text += {True: "/int8", False: "/noint8"}.get(c.draft_int8, "")
     return text + ("/exact" if c.exact is True else f"/exact:{c.exact}" if c.exact else "")
 
 
@@ -65,20 +67,23 @@ def parse(cls, text: str, **call):
     if kind not in ("plain", "dflash", "tree") or why or (kind == "plain" and colon):
         raise ValueError(f"{text!r} is not a decoding{why}: plain, dflash[:B] or "
                          f"tree[:B]/nN/topK, then /pP /cost /trustW /T<temperature> /argmax "
-                         f"/steps /lean /nolean /exact /exact:W as wanted.")
+                         f"/steps /lean /nolean /int8 /noint8 /exact /exact:W as wanted.")
     f = {"block_size": 1} if kind == "plain" else {"block_size": int(B)} if B else {}
     if kind == "dflash":
         f["tree"] = None                            # a chain
     tree, named = {}, {}
     for opt in opts:
         key = next((k for k in ("cost", "argmax", "steps", "trust", "top", "p", "nolean",
-                                "n", "lean", "exact", "T") if opt.startswith(k)), None)
+                                "noint8", "n", "lean", "int8", "exact", "T")
+                    if opt.startswith(k)), None)
         value = opt[len(key or ""):]
         try:
             if not value.isascii():          # float() reads other scripts' digits too
                 raise ValueError(value)
             if key in ("lean", "nolean") and not value:
                 name, v = "lean", key == "lean"
+            elif key in ("int8", "noint8") and not value:
+                name, v = "draft_int8", key == "int8"
             elif key == "exact" and value[:1] == ":" and value[1:].isdigit():
                 name, v = "exact", int(value[1:])     # W rows
             elif key in ("cost", "argmax", "steps", "exact") and not value:
@@ -93,7 +98,7 @@ def parse(cls, text: str, **call):
         except (KeyError, ValueError):
             raise ValueError(f"{text!r}: option {opt!r} is not one of pP (the cut), cost, "
                              f"trustW, nN and topK (a tree), T<temperature>, argmax, "
-                             f"steps, lean, nolean, exact, exact:W (W rows, ASCII "
+                             f"steps, lean, nolean, int8, noint8, exact, exact:W (W rows, ASCII "
                              f"digits).") from None
         if name in named:
             raise ValueError(f"{text!r}: options {named[name]!r} and {opt!r} both set "
@@ -165,6 +170,11 @@ def words_of(config, target, drafter, batch: bool, shipped: dict | None) -> str:
         else:
             what += (f"; keep as many drafts as pay on the measured verify curve{curve}, and "
                      f"skip the drafter after steps where none pays")
+    if B != 1 and drafter is not None and target is not None and (
+            c.lean if c.lean is not None else lean.supports(target) is None):
+        if c.draft_int8 if c.draft_int8 is not None else lean.int8_by_default(drafter):
+            what += ("; the drafter multiplies in int8 (its projection of the target's states "
+                     "in its own dtype)")
     if c.temperature:
         pick = f"sampled at temperature {c.temperature:g}"
     else:

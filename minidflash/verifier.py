@@ -74,7 +74,7 @@ def speculative_generate(target, drafter, input_ids: torch.Tensor,
     state = Sequence(input_ids, cfg.max_new_tokens, cfg.stop_token_ids,
                      drafter.target_layer_ids if B > 1 else None,
                      drafter.new_cache() if B > 1 else None)
-    with drafting(drafter, cfg.lean and B > 1):
+    with drafting(drafter, cfg.lean and B > 1, cfg.draft_int8):
         generate(state, propose, forward, pick, on_step)
     return result(input_ids, state.new, cfg, state.accepted, state.drafted, watch.total(),
                   steps=records, verified=state.verified)
@@ -147,7 +147,7 @@ def speculative_generate_batch(target, drafter, input_ids: torch.Tensor,
     state = Batch(input_ids, mask, cfg.max_new_tokens, cfg.stop_token_ids,
                   drafter.target_layer_ids if B > 1 else None,
                   drafter.new_cache() if B > 1 else None, on_end=lambda i: times[i].update(end=watch.now()))
-    with drafting(drafter, cfg.lean and B > 1):
+    with drafting(drafter, cfg.lean and B > 1, cfg.draft_int8):
         generate(state, propose, forward, pick, on_step)
     t1 = watch.prefilled
     return [result(input_ids[i:i + 1, S - state.lengths[i]:], state.new[i], cfg, state.accepted[i],

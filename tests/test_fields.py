@@ -241,6 +241,8 @@ def test_record_steps_over_a_tree_selects_the_chain(tiny):
     ("dflash:8/nolean", lambda r: r.config.lean is False),
     ("dflash:8/lean", lambda r: r.config.lean is True),
     ("dflash:8/exact", lambda r: r.config.exact is True),
+    ("dflash:8/int8", lambda r: r.config.draft_int8 is True),
+    ("dflash:8/noint8", lambda r: r.config.draft_int8 is False),
 ])
 def test_the_bench_decodes_what_its_method_says(tiny, spec, check):
     target, drafter, prompts, stops = tiny
@@ -257,7 +259,8 @@ FLAGS = [(["--max-new-tokens", "9"], "max_new_tokens", 9), (["--block-size", "3"
          (["--no-fp32-ties"], "fp32_ties", False), (["--tree", "5,2"], "tree",
                                                      {"node_budget": 5, "top_k": 2}),
          (["--cost"], "cost", True), (["--no-cost"], "cost", False),
-         (["--no-lean"], "lean", False), (["--lean"], "lean", True), (["--exact"], "exact", True)]
+         (["--no-lean"], "lean", False), (["--lean"], "lean", True), (["--exact"], "exact", True),
+         (["--draft-int8"], "draft_int8", True), (["--no-draft-int8"], "draft_int8", False)]
 
 
 def test_every_field_a_command_line_sets_is_checked_here():

@@ -70,6 +70,7 @@ def test_resolve_takes_the_drafters_block_size_and_tree():
     ("tree", {"node_budget": 10_000, "top_k": 2}, "over 128"), ("trust", 2.0, "trust must be"),
     ("fp32_ties", 1, "True or False"), ("stop_token_ids", torch.ones(2, 2, dtype=torch.long), "1-D"),
     ("stop_token_ids", "2", "token ids"), ("stop_token_ids", [1.5], "token ids"),
+    ("draft_int8", 1, "draft_int8 must be"),
 ])
 def test_malformed_settings_are_refused(field, value, match):
     with pytest.raises(ValueError, match=match):
@@ -84,7 +85,7 @@ def test_stop_ids_take_an_int_a_list_or_a_tensor():
 @pytest.mark.parametrize("text", [
     "plain", "dflash", "dflash:16", "dflash:16/p0.3", "dflash:8/p0.3/cost/trust0.5", "tree",
     "tree:8/n15/top8/cost", "dflash:4/T0.7", "plain/argmax", "dflash:8/steps", "tree/n31/top4/T1",
-    "dflash:8/nolean"])
+    "dflash:8/nolean", "dflash/int8", "tree:8/n15/top8/cost/noint8", "dflash:8/nolean/noint8"])
 def test_the_text_is_the_config(text):
     assert str(DecodingConfig.parse(text)) == text
     config = DecodingConfig.parse(text)
@@ -92,7 +93,8 @@ def test_the_text_is_the_config(text):
 
 
 @pytest.mark.parametrize("text", ["dflash:x", "plain:4", "tree:8/n15", "dflash:8/n15/top4",
-                                  "dflash/q3", "ar:4", "dflash/p1.5"])
+                                  "dflash/q3", "ar:4", "dflash/p1.5", "dflash/int8x",
+                                  "dflash/int8/noint8"])
 def test_a_wrong_text_is_refused(text):
     with pytest.raises(ValueError):
         DecodingConfig.parse(text)

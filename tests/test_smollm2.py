@@ -40,13 +40,15 @@ def decode_prompts():
             with open(PROMPTS_DIR / f"{suite}.jsonl") as f:
                 row = json.loads(f.readlines()[index])
             ids = chat_ids(tokenizer, row["messages"])
-            # plain; the drafter's whole block verified (its tau is the drafter's); and what a
-            # plain call does with the drafter's files (decoding.json: a tree and the cost model)
+            # plain; the drafter's whole block verified, in its own fp32 arithmetic on every CPU
+            # (its tau is the drafter's); and what a plain call does with the drafter's files
+            # (decoding.json: a tree and the cost model; int8 drafts on a CPU without bf16 units)
             runs[f"{suite}[{index}]"] = tuple(
                 speculative_generate(target, d, ids, max_new_tokens=MAX_NEW_TOKENS, block_size=b,
                                      stop_token_ids=stop_ids(tokenizer), **kw)
                 for d, b, kw in ((None, 1, {}),
-                                 (drafter, drafter.block_size, {"cost": False, "tree": False}),
+                                 (drafter, drafter.block_size,
+                                  {"cost": False, "tree": False, "draft_int8": False}),
                                  (drafter, None, {})))
     finally:
         torch.set_num_threads(threads)

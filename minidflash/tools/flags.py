@@ -22,13 +22,16 @@ FLAG_HELP = {   # a field's help on every command that decodes (add_flags); the 
     "fp32_ties": "a bf16 target's greedy near-ties decided in fp32 (--no-fp32-ties: argmax)",
     "record_steps": "keep every step's drafts and the target's choices",
     "lean": "the target's passes through lean.py (--no-lean: transformers' forward)",
+    "draft_int8": "in a lean decode, the drafter's products in int8 (--no-draft-int8: as packed)",
     "exact": "exact mode (exact.py): every pass on W rows, W the block's or the tree's (plain "
              "decoding: 16), so a bf16 target's greedy output is plain decoding's at that W",
 }
 METAVARS = {"max_new_tokens": "N", "block_size": "B", "p_min": "P", "trust": "W", "tree": "N,K",
             "temperature": "T"}
 FLAG_DEFAULT = {"max_new_tokens": "256", "temperature": "0", "fp32_ties": "on",
-                "record_steps": "off", "lean": "where the target supports it", "exact": "off"}
+                "record_steps": "off", "lean": "where the target supports it",
+                "draft_int8": "where the drafter would multiply fp32 on a CPU without bf16 units",
+                "exact": "off"}
 
 
 def tree_flag(text: str):
@@ -82,7 +85,7 @@ def add_flags(parser, skip=(), defaults=None, why: str = "", only=None) -> None:
             continue
         said = defaults.get(name, FLAG_DEFAULT.get(name, "the drafter's"))
         kw = dict(default=defaults.get(name), help=f"{text} (default {said})")
-        if name in ("cost", "fp32_ties", "record_steps", "lean", "exact"):
+        if name in ("cost", "fp32_ties", "record_steps", "lean", "draft_int8", "exact"):
             group.add_argument("--" + name.replace("_", "-"),
                                action=argparse.BooleanOptionalAction, **kw)
         else:

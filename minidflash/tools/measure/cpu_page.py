@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from .prose import SUITES, cpu_kind, identical, read, span, suites, than
 
+FP32_DRAFTS = "dflash/noint8"     # the default with the drafter's products in fp32
+
 
 def _steps(name: str, k: int) -> list[float]:
     """t(k)/t(1) of a curve file, per thread count."""
@@ -51,15 +53,17 @@ def table(two: str, before: str, rerun: str | None = None) -> str:
     fastest plain (of the lean pass, transformers' forward in our loop and transformers'
     ``generate``; and in the same command run again, ``rerun``) and over ``generate``, tokens per
     second, the default before (``F.linear``, the shipped curves) and answers identical to plain
-    decoding."""
+    decoding; where the run has it, the default with its drafts in fp32 (``dflash/noint8``)."""
+    s2, sb, run = suites(two), suites(before), read(two)
+    fp32 = any(FP32_DRAFTS in x["methods"] for x in s2.values())
     rows = ["| suite | tau | over the fastest plain" + (", run again" if rerun else "")
+            + (" | drafts in fp32: tau, over plain" if fp32 else "")
             + " | over `generate` | the fastest plain, tokens/s "
             "| the default, tokens/s | before: over plain | identical |",
-            "|---|---|---|---|---|---|---|---|"]
-    s2, sb, run = suites(two), suites(before), read(two)
+            "|---" * (9 if fp32 else 8) + "|"]
     sr = suites(rerun) if rerun else {}
-    again = lambda s: (f" / {sr[s]['methods']['dflash']['speedup_vs_fastest_plain']:.2f}x"
-                       if s in sr else "")
+    again = lambda s, m="dflash": (f" / {sr[s]['methods'][m]['speedup_vs_fastest_plain']:.2f}x"
+                                   if s in sr and m in sr[s]["methods"] else "")
     for s, label in SUITES.items():
         if s not in s2:
             continue
@@ -69,7 +73,9 @@ def table(two: str, before: str, rerun: str | None = None) -> str:
         rows.append(
             f"| {label} | {m['dflash']['tau']:.2f} | {m['dflash']['speedup_vs_fastest_plain']:.2f}x"
             f"{again(s)} "
-            f"| {m['dflash']['tokens_per_s'] / m['generate']['tokens_per_s']:.2f}x | "
+            + (f"| {m[FP32_DRAFTS]['tau']:.2f}, {m[FP32_DRAFTS]['speedup_vs_fastest_plain']:.2f}x"
+               f"{again(s, FP32_DRAFTS)} " if fp32 else "")
+            + f"| {m['dflash']['tokens_per_s'] / m['generate']['tokens_per_s']:.2f}x | "
             f"{m[x['fastest_plain']]['tokens_per_s']:.1f} ({x['fastest_plain']}) | "
             f"{m['dflash']['tokens_per_s']:.1f} | {prior} | "
             f"{m['dflash']['identical_count']}/{x['prompts']} |")
@@ -77,6 +83,8 @@ def table(two: str, before: str, rerun: str | None = None) -> str:
     rows.append("")
     rows.append(f"{run.get('threads')} threads; "
                 + (f"run again: the same command, `{rerun.split('/')[-1]}`; " if rerun else "")
+                + (f"drafts in fp32: `{FP32_DRAFTS}` in the same run, the drafter's products "
+                   f"packed in fp32 as before its int8 drafts; " if fp32 else "")
                 + f"before: the same CPU and threads with `F.linear`'s "
                 f"products and the drafter's shipped curves (`{before.split('/')[-1]}`). "
                 f"{same} of {n} answers identical to plain decoding's.")
@@ -109,3 +117,23 @@ def dev_chat(name: str) -> str:
             f"fastest plain decoding; " + ", ".join(
                 f"`{m}` at tau {ms[m]['tau']:.2f}, {ms[m]['speedup_vs_fastest_plain']:.2f}x"
                 for m in others) + ".")
+
+
+def int8_drafts(name: str) -> str:
+    """The default with int8 drafts against the same with fp32 drafts (``dflash/noint8``), one
+    run: per suite tau, a draft's ms and the speedup over the fastest plain, each way."""
+    rows = ["| suite | tau, fp32 / int8 drafts | a draft, ms | over the fastest plain |",
+            "|---|---|---|---|"]
+    by = suites(name)
+    for s, label in SUITES.items():
+        if s not in by:
+            continue
+        a, b = by[s]["methods"][FP32_DRAFTS], by[s]["methods"]["dflash"]
+        rows.append(f"| {label} | {a['tau']:.2f} / {b['tau']:.2f} | {a['draft_ms_per_step']:.1f}"
+                    f" / {b['draft_ms_per_step']:.1f} | {a['speedup_vs_fastest_plain']:.2f}x / "
+                    f"{b['speedup_vs_fastest_plain']:.2f}x |")
+    same, n = identical((name,))
+    rows += ["", f"{cpu_kind(read(name))}, {read(name).get('threads')} threads, "
+             f"`{name.split('/')[-1]}`; {same} of {n} answers with int8 drafts identical to "
+             f"plain decoding's."]
+    return "\n".join(rows)
