@@ -165,7 +165,7 @@ def test_a_model_the_lean_pass_cannot_run_is_refused_or_passed_by():
     assert out.config.lean is False and out.num_new_tokens == 3
 
 
-def test_the_pass_is_built_again_when_the_weights_change():
+def test_the_pass_is_built_again_when_the_weights_change(fp32_as_transformers):
     model = tiny_target(3)
     ids = torch.randint(0, 96, (1, 6))
     first = lean.of(model)
