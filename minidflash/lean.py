@@ -273,7 +273,7 @@ def drafting(drafter, on: bool = True, int8: bool | None = None):
     (``head_product``), multiplies through ``packed_product``, its weight packed once; with
     ``int8`` (None: ``int8_by_default``) through ``int8_product``, all but ``fc``, which reads
     the target's states of several layers side by side, whose scales one int8 scale cannot hold
-    (with it in int8, tau on GSM8K's dev prompts fell from 2.72 to 2.41). A draft is a
+    (with it in int8 too, the drafts were taken markedly less often). A draft is a
     proposal: its products may round differently from ``F.linear`` without touching what the
     target keeps. Everything is as before on leaving."""
     if drafter is None or not on:
