@@ -72,13 +72,19 @@ def test_a_weight_that_changed_is_packed_again(change):
     assert torch.allclose(again, fresh, rtol=tol, atol=tol), (again - fresh).abs().max()
 
 
-@pytest.mark.parametrize("path", ["chain", "tree", "batch"])
-def test_a_lean_decode_packs_the_drafter_and_only_then(path, monkeypatch):
+def spied(monkeypatch, name):
+    """A tiny target, its drafter, a prompt, and the weights each call of lean.<name> was given."""
     target = tiny_target(5, vocab=89, layers=3)
     drafter = random_drafter(target, 5, block_size=4)
     ids = torch.randint(0, 88, (1, 9), generator=torch.Generator().manual_seed(2))
-    real, packed = lean.packed_product, []
-    monkeypatch.setattr(lean, "packed_product", lambda w: packed.append(w) or real(w))
+    real, calls = getattr(lean, name), []
+    monkeypatch.setattr(lean, name, lambda w: calls.append(w) or real(w))
+    return target, drafter, ids, calls
+
+
+@pytest.mark.parametrize("path", ["chain", "tree", "batch"])
+def test_a_lean_decode_packs_the_drafter_and_only_then(path, monkeypatch):
+    target, drafter, ids, packed = spied(monkeypatch, "packed_product")
     off = decode_on(path, target, drafter, ids, max_new_tokens=12, lean=False)
     assert not packed
     on = decode_on(path, target, drafter, ids, max_new_tokens=12)
@@ -142,11 +148,7 @@ def test_int8_is_the_default_only_for_a_big_fp32_drafter_without_bf16_units(monk
 
 @pytest.mark.parametrize("path", ["chain", "tree", "batch"])
 def test_an_int8_drafted_decode_is_plain_decoding(path, monkeypatch):
-    target = tiny_target(5, vocab=89, layers=3)
-    drafter = random_drafter(target, 5, block_size=4)
-    ids = torch.randint(0, 88, (1, 9), generator=torch.Generator().manual_seed(2))
-    real, int8 = lean.int8_product, []
-    monkeypatch.setattr(lean, "int8_product", lambda w: int8.append(w) or real(w))
+    target, drafter, ids, int8 = spied(monkeypatch, "int8_product")
     off = decode_on(path, target, drafter, ids, max_new_tokens=16, draft_int8=False)
     assert not int8 and "int8" not in off.config.describe(target, drafter)
     on = decode_on(path, target, drafter, ids, max_new_tokens=16, draft_int8=True)
