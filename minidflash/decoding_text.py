@@ -170,10 +170,8 @@ def words_of(config, target, drafter, batch: bool, shipped: dict | None) -> str:
         else:
             what += (f"; keep as many drafts as pay on the measured verify curve{curve}, and "
                      f"skip the drafter after steps where none pays")
-    lean_on = target is not None and (c.lean if c.lean is not None
-                                      else lean.supports(target) is None)
-    if B != 1 and drafter is not None and lean_on and (
-            c.draft_int8 if c.draft_int8 is not None else lean.int8_by_default(drafter)):
+    if (B != 1 and drafter is not None and target is not None and lean.runs_lean(target, c.lean)
+            and lean.drafts_in_int8(drafter, c.draft_int8)):
         what += ("; the drafter multiplies in int8 (its projection of the target's states in its "
                  "own dtype)")
     if c.temperature:

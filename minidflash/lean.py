@@ -176,11 +176,8 @@ def packed_product(weight: torch.Tensor):
     kind = "onednn" if native_packing(weight) else "mkl" if mkl_packing(weight) else None
     if kind is None or weight.requires_grad and torch.is_grad_enabled():
         return lambda x, bias=None: F.linear(x, weight, bias)
-    kept = _PACKED.get(weight)          # a cast (module.to) swaps the data under the same tensor
-    now = (version(weight), weight.dtype, weight.data_ptr(), packing_threads())
-    if kept is None or kept[0] != now:
-        kept = _PACKED[weight] = (now, pack(weight.detach(), kind))
-    packed = kept[1]
+    packed = kept_beside(_PACKED, weight, (packing_threads(),),
+                         lambda: pack(weight.detach(), kind))
 
     def f(x: torch.Tensor, bias: torch.Tensor | None = None):
         rows = x.reshape(-1, x.shape[-1])
@@ -200,6 +197,17 @@ def product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = N
 def int8_head(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None):
     """The drafter's product with the target's head in int8 (``int8_product``)."""
     return int8_product(weight)(x, bias)
+
+
+def kept_beside(cache: WeakIdKeyDictionary, weight: torch.Tensor, extra: tuple, make):
+    """What ``make()`` made from ``weight``, kept in ``cache`` beside it and made again when the
+    weight changed (an in-place edit, or a cast: module.to swaps the data under the same tensor)
+    or ``extra`` did."""
+    now = (version(weight), weight.dtype, weight.data_ptr(), *extra)
+    kept = cache.get(weight)
+    if kept is None or kept[0] != now:
+        kept = cache[weight] = (now, make())
+    return kept[1]
 
 
 def version(t: torch.Tensor) -> int:
@@ -224,22 +232,7 @@ def int8_product(weight: torch.Tensor):
     kernels sum pairs of products in 16 bits, which 8 bits could overflow) and the product comes
     back in fp32 (``torch.ops.quantized.linear_dynamic``). Within about 2% of fp32 (relative
     error of a product, tests/test_lean_drafting.py): for drafts, never for the target."""
-    kept = _INT8.get(weight)
-    now = (version(weight), weight.dtype, weight.data_ptr())
-    if kept is None or kept[0] != now:
-        w = weight.detach().float()
-        scale = (w.abs().amax(1) / 127).clamp_min(1e-12).double()
-        with warnings.catch_warnings():   # torch calls its quantized tensors deprecated; the
-            warnings.simplefilter("ignore")     # pinned torch has them, int8_ready checks
-            q = torch.quantize_per_channel(w, scale, torch.zeros_like(scale, dtype=torch.long),
-                                           0, torch.qint8)
-            engine = torch.backends.quantized.engine
-            torch.backends.quantized.engine = "fbgemm"
-            try:
-                kept = _INT8[weight] = (now, torch.ops.quantized.linear_prepack(q, None))
-            finally:
-                torch.backends.quantized.engine = engine
-    packed = kept[1]
+    packed = kept_beside(_INT8, weight, (), lambda: quantize(weight))
 
     def f(x: torch.Tensor, bias: torch.Tensor | None = None):
         rows = x.reshape(-1, x.shape[-1]).float().contiguous()
@@ -254,6 +247,33 @@ def int8_product(weight: torch.Tensor):
 # (about 1M), its weights in cache, drafts about as fast either way (int8_drafts_tiny_avx2.json),
 # so below this size a draft keeps the drafter's own arithmetic
 INT8_MIN_PARAMETERS = 4_000_000
+
+
+def quantize(weight: torch.Tensor):
+    """weight as ``int8_product`` multiplies it: int8, one scale a row, packed by fbgemm."""
+    w = weight.detach().float()
+    scale = (w.abs().amax(1) / 127).clamp_min(1e-12).double()
+    with warnings.catch_warnings():   # torch calls its quantized tensors deprecated; the
+        warnings.simplefilter("ignore")     # pinned torch has them, int8_ready checks
+        q = torch.quantize_per_channel(w, scale, torch.zeros_like(scale, dtype=torch.long),
+                                       0, torch.qint8)
+    engine = torch.backends.quantized.engine
+    torch.backends.quantized.engine = "fbgemm"
+    try:
+        return torch.ops.quantized.linear_prepack(q, None)
+    finally:
+        torch.backends.quantized.engine = engine
+
+
+def drafts_in_int8(drafter, asked: bool | None) -> bool:
+    """Whether a lean decode's drafts are int8: as ``draft_int8`` asks, or (None) by default."""
+    return int8_by_default(drafter) if asked is None else asked
+
+
+def runs_lean(target, asked: bool | None) -> bool:
+    """Whether a call's target passes run here: as ``lean`` asks, or (None) where ``supports``
+    says the target can (``prepare.lean_of`` refuses a True that cannot)."""
+    return supports(target) is None if asked is None else asked
 
 
 def int8_by_default(drafter) -> bool:
@@ -279,7 +299,7 @@ def drafting(drafter, on: bool = True, int8: bool | None = None):
     if drafter is None or not on:
         yield drafter
         return
-    int8 = int8_by_default(drafter) if int8 is None else int8
+    int8 = drafts_in_int8(drafter, int8)
     if int8 and not int8_ready():
         raise ValueError("draft_int8=True, but this torch has no fbgemm int8 products "
                          "(torch.backends.quantized.supported_engines): pass draft_int8=False.")

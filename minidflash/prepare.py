@@ -16,7 +16,7 @@ import torch
 from .core.drafter import DFlashDrafter
 from .checkpoints import check_fits
 from . import prices
-from .lean import supports
+from .lean import runs_lean, supports
 from .decoding_config import DecodingConfig, decoding_of
 from .verify_cost import VerifyCost, at_rows, for_threads
 
@@ -118,7 +118,7 @@ def lean_of(target, cfg: DecodingConfig) -> bool:
     why = supports(target)
     if cfg.lean and why:
         raise ValueError(f"lean=True, but {why}: pass lean=False (--no-lean).")
-    return why is None if cfg.lean is None else cfg.lean
+    return runs_lean(target, cfg.lean)
 
 
 def check_call(target, drafter, input_ids, cfg: DecodingConfig, batch: bool = False) -> None:
