@@ -8,7 +8,12 @@ products in another order, so a near-tie may go the other way. Two things decide
 1. **The matrix products.** A kernel picks its blocking by the number of rows M, so row j of an
    M-row product need not equal the same row alone. Exact mode gives every target pass after the
    prefill one shape (``decoding.target_pass``: W rows, the real tokens first and padding after
-   them), so every product has the same M.
+   them), so every product has the same M. The same M is not always enough: a kernel may take
+   the rows left over after its last whole tile another way (MKL's fp32 product on a CPU with
+   AVX2 only does, for 8 rows), and then a row's bits still depend on its place. Each product
+   is asked once a shape whether its rows stand alone (``rows_stand_alone``,
+   ``projection_rows_stand_alone``); where they do not, it runs a row of the pass at a time
+   (``row_product``, ``each_row``).
 2. **The attention's reduction over keys.** SDPA's CPU kernel runs an online softmax over blocks
    of keys whose boundaries follow the pass's shape. ``invariant_attention`` instead cuts the keys
    into blocks of ``KEY_BLOCK`` at fixed positions (0, C, 2C, ...) of each row's own keys,
@@ -29,6 +34,8 @@ Shapes: N sequences, H query heads, G of them per key head, T rows, L keys, D he
 from __future__ import annotations
 
 import contextlib
+import functools
+import weakref
 from types import SimpleNamespace
 
 import torch
@@ -165,16 +172,16 @@ def invariant_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask,
                          f"has {(N, T, L, C)}: make one Seen a pass, from that pass's mask.")
     kb, vb = (padded_keys(x, nb, C) for x in (k, v))                   # (N, Hk, nb, C, D) fp32
     qb = q.float().reshape(N, Hk, 1, R, D).expand(N, Hk, nb, R, D)      # the same rows a block
-    s = torch.matmul(qb, kb.transpose(-1, -2)).mul_(scaling)            # (N, Hk, nb, R, C)
+    s = row_product(qb, kb.transpose(-1, -2), T).mul_(scaling)          # (N, Hk, nb, R, C)
     s = s.view(N, Hk, nb, G, T, C)
     s[:, :, seen.first:].masked_fill_(seen.hide, float("-inf"))
     p = s.sub_(s.amax((2, -1), keepdim=True)).exp_()                    # unseen: 0 (max is exact)
     plan = None if seen.chain else seen.gathers(G, Hk)
     if plan is not None:                      # a tree's pass: its nodes' last blocks gathered,
-        o_g, l_g = gathered_blocks(p.view(N, Hk, nb, R, C), vb, plan)
+        o_g, l_g = gathered_blocks(p.view(N, Hk, nb, R, C), vb, plan, T)
         p[:, :, seen.first:].masked_fill_(plan.replaced, 0.0)          # then left out here
     p = p.view(N, Hk, nb, R, C)
-    l_b, o_b = p.sum(-1), p @ vb                                         # (N, Hk, nb, R), (.., D)
+    l_b, o_b = p.sum(-1), row_product(p, vb, T)                          # (N, Hk, nb, R), (.., D)
     if plan is not None:                                                # the gathered in their place
         l_b.view(-1).index_copy_(0, plan.at, l_g.view(-1).index_select(0, plan.rows))
         o_b.view(-1, D).index_copy_(0, plan.at, o_g.view(-1, D).index_select(0, plan.rows))
@@ -204,18 +211,58 @@ def in_order(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def gathered_blocks(p, vb, plan):
+def gathered_blocks(p, vb, plan, T: int):
     """The block sums of ``Seen.gathers``' products: each one its leader's keys of a block in
     dense order, through the (G*T, C) x (C, D) product of every other block, with the rows it
     serves filled and the rest zero. Most of its rows are zeros; its shape is what makes a
     node's bits those of a chain's row over the same keys, whose block takes the same product.
     p (N, Hk, nb, G*T, C) and vb (N, Hk, nb, C, D) as in ``invariant_attention``; returns
-    o (P, Hk, G*T, D) and l (P, Hk, G*T)."""
+    o (P, Hk, G*T, D) and l (P, Hk, G*T); T the pass's rows."""
     Hk, R, C, D = p.shape[1], p.shape[3], p.shape[4], vb.shape[-1]
     a = p.new_zeros(plan.P, Hk, R, C)
     a.view(-1, C).index_copy_(0, plan.rows, p.reshape(-1).take(plan.p_at))
     values = vb.reshape(-1, D).index_select(0, plan.v_at).view(plan.P, Hk, C, D)
-    return a @ values, a.sum(-1)
+    return row_product(a, values, T), a.sum(-1)
+
+
+def row_product(a: torch.Tensor, b: torch.Tensor, T: int) -> torch.Tensor:
+    """a @ b, a (..., G*T, K) the rows g*T + t of the pass's T rows, b (..., K, M), with every
+    row's bits independent of t, its place in the pass. A CPU's product need not give them:
+    its kernel takes the rows in tiles, and rows left over after the last whole tile may go
+    through another kernel that sums in another order (MKL's fp32 product on a CPU with AVX2
+    only: the last 2 of 8 rows, or of 32). Where ``rows_stand_alone`` finds this product's
+    rows independent of their place, one product; elsewhere T products, one per row t of the
+    pass, each of its G query rows (g*T + t) at place g whatever t is."""
+    if rows_stand_alone(a, b):
+        return a @ b
+    shape = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
+    out = torch.empty(shape, dtype=torch.result_type(a, b), device=a.device)
+    for t in range(T):
+        out[..., t::T, :] = a[..., t::T, :] @ b
+    return out
+
+
+_STAND_ALONE: dict = {}    # (product, rows, K, M, b transposed, dtype, device, threads) -> bool
+
+
+def rows_stand_alone(a: torch.Tensor, b: torch.Tensor, product=torch.matmul) -> bool:
+    """Are the rows of ``product(a, b)`` (a @ b) at these shapes the same bits wherever they sit
+    among a's rows, on this CPU at this thread count? Asked once a shape: two batched products
+    of a's row count of copies of one random row, every output row compared with the first. A
+    kernel chooses its tiles from the shapes alone, so a row taken another way shows there."""
+    R, K, M = a.shape[-2], a.shape[-1], b.shape[-1]
+    flipped = b.stride(-2) == 1 and b.stride(-1) != 1                  # a transposed view
+    key = (product, R, K, M, flipped, a.dtype, a.device.type, torch.get_num_threads())
+    if key not in _STAND_ALONE:
+        g = torch.Generator().manual_seed(R)
+        same = True
+        for _ in range(2):
+            row = torch.randn(1, 1, K, generator=g).to(a.device, a.dtype).expand(2, R, K).contiguous()
+            other = torch.randn(2, *((M, K) if flipped else (K, M)), generator=g).to(a.device, b.dtype)
+            out = product(row, other.transpose(-1, -2) if flipped else other)     # (2, R, M)
+            same &= bool((out == out[:, :1]).all())
+        _STAND_ALONE[key] = same
+    return _STAND_ALONE[key]
 
 
 def transformers_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
@@ -265,13 +312,53 @@ def padded(ids, past: int, pad: int, pos, mask):
 
 @contextlib.contextmanager
 def invariant(model):
-    """transformers' forward of ``model`` with exact mode's attention, for the duration."""
+    """transformers' forward of ``model`` with exact mode's attention, and each of its
+    ``nn.Linear`` through ``each_row``, for the duration."""
     before = model.config._attn_implementation
     model.set_attn_implementation(register())
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    for m in linears:
+        m.forward = functools.partial(each_row, type(m).forward.__get__(m), key=m)
     try:
         yield
     finally:
         model.set_attn_implementation(before)
+        for m in linears:
+            vars(m).pop("forward", None)
+
+
+_ALONE = weakref.WeakKeyDictionary()    # a product -> {(rows, threads): its rows stand alone}
+
+
+def each_row(product, x: torch.Tensor, key=None):
+    """``product(x)`` (a projection: x (1, T, K) -> (1, T, M), or a tuple of such) with every
+    row's bits independent of its place among the pass's T rows, as exact mode needs of the
+    products that give every pass W rows (point 1 of the module's docstring): the product's own
+    call where ``projection_rows_stand_alone``, else one call a row. key: what ``product`` is
+    kept under (default: itself)."""
+    if projection_rows_stand_alone(product, x, product if key is None else key):
+        return product(x)
+    T = x.shape[1]
+    parts = [product(x[:, t:t + 1]) for t in range(T)]
+    if isinstance(parts[0], (tuple, list)):
+        return tuple(torch.cat(p, 1) for p in zip(*parts))
+    return torch.cat(parts, 1)
+
+
+def projection_rows_stand_alone(product, x: torch.Tensor, key) -> bool:
+    """Are ``product``'s rows the same bits wherever they sit among x's T rows, on this CPU at
+    this thread count? Found once a row count (a call on T copies of one random row, every
+    output row compared with the first: a kernel tiles its rows by the shapes alone) and kept
+    under ``key`` (weakly: a module, a projection)."""
+    found = _ALONE.setdefault(key, {})
+    T, at = x.shape[1], (x.shape[1], torch.get_num_threads())
+    if at not in found:
+        g = torch.Generator().manual_seed(T)
+        row = torch.randn(1, 1, x.shape[-1], generator=g).to(x.device, x.dtype)
+        outs = product(row.expand(*x.shape[:-1], -1).contiguous())
+        found[at] = all(bool((y == y[:, :1]).all())
+                        for y in (outs if isinstance(outs, (tuple, list)) else (outs,)))
+    return found[at]
 
 
 def one_row_at_a_time(run, input_ids, cache, mask, pos, logits_to_keep: int = 0):

@@ -65,7 +65,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import create_causal_mask
 
-from .exact import Seen, invariant_attention
+from .exact import Seen, each_row, invariant_attention
 
 FAMILIES = ("llama", "qwen2", "qwen3")
 
@@ -421,10 +421,11 @@ class LeanTarget:
         cos, sin = self.rope(position_ids, h)
         seen = Seen(mask, N, T, cache.get_seq_length() + T, h.device) if exact else None
         packed_gqa = h.dtype == torch.bfloat16                # fp32: transformers' own call
+        by = each_row if exact else (lambda product, x: product(x))   # exact: rows stand alone
         states = [h] if layers else None
         for i, p in enumerate(self.layers):
             x = rms_norm(h, p["norm_in"])
-            q, k, v = p["qkv"](x)
+            q, k, v = by(p["qkv"], x)
             q, k, v = (t.view(N, T, -1, p["head_dim"]) for t in (q, k, v))
             if p["q_norm"] is not None:                                       # Qwen3
                 q, k = rms_norm(q, p["q_norm"]), rms_norm(k, p["k_norm"])
@@ -439,17 +440,17 @@ class LeanTarget:
             else:                                           # transformers' own choice
                 out, _ = sdpa_attention_forward(p["attn"], q, k, v, mask, dropout=0.0,
                                      scaling=p["attn"].scaling)
-            h = h + p["o"](out.reshape(N, T, -1))
+            h = h + by(p["o"], out.reshape(N, T, -1))
             x = rms_norm(h, p["norm_mid"])
-            gate, up = p["gate_up"](x)
-            h = h + p["down"](p["act"](gate) * up)
+            gate, up = by(p["gate_up"], x)
+            h = h + by(p["down"], p["act"](gate) * up)
             if layers and i < len(self.layers) - 1:
                 states.append(h)
         h = rms_norm(h, self.body.norm)
         if layers:
             states.append(h)
         last = h[:, -logits_to_keep:] if logits_to_keep else h
-        return self.head(last), (tuple(states) if layers else None), (last if final else None)
+        return by(self.head, last), (tuple(states) if layers else None), (last if final else None)
 
 
 _KEPT: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()    # model -> its LeanTarget

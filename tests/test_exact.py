@@ -101,15 +101,12 @@ def rows_identical(target, run, prompt_len=13, W=W):
     return same
 
 
-def forward_with(target, attention):
+def through_transformers(target):
+    """transformers' forward as exact mode runs it: its attention and products (exact.invariant)."""
     def run(ids, cache):
         pos = torch.arange(ids.shape[1])[None] + cache.get_seq_length()
-        target.set_attn_implementation(attention)
-        try:
-            with torch.no_grad():
-                return target(input_ids=ids, **cache_kwargs(target, cache), position_ids=pos).logits
-        finally:
-            target.set_attn_implementation("sdpa")
+        with exact.invariant(target), torch.no_grad():
+            return target(input_ids=ids, **cache_kwargs(target, cache), position_ids=pos).logits
     return run
 
 
@@ -128,7 +125,7 @@ def target(request):
 
 
 def test_rows_are_the_same_bits_through_transformers_forward(target):
-    assert rows_identical(target, forward_with(target, exact.register())) == W
+    assert rows_identical(target, through_transformers(target)) == W
 
 
 def test_rows_are_the_same_bits_through_the_lean_pass(target):
@@ -139,7 +136,49 @@ def test_rows_are_the_same_bits_through_the_lean_pass(target):
 def test_rows_are_the_same_bits_at_other_ws(target, w):
     """The property at the W of a chain of 4 and of 8 (padding to w rows, not to 16)."""
     assert rows_identical(target, lean_with(target, True), W=w) == w
-    assert rows_identical(target, forward_with(target, exact.register()), W=w) == w
+    assert rows_identical(target, through_transformers(target), W=w) == w
+
+
+@pytest.mark.parametrize("w", [4, 8])
+def test_rows_stand_alone_a_row_at_a_time(target, w, monkeypatch):
+    """Where a CPU's products do not keep a row's bits wherever it sits (MKL's fp32 product on a
+    CPU with AVX2 only), exact mode takes them a row of the pass at a time: forced here on any
+    CPU, the rows are the same bits still, and the logits those of the products as they are."""
+    before = lean_with(target, True)(*second_pass(target, w))
+    monkeypatch.setattr(exact, "rows_stand_alone", lambda a, b: False)
+    monkeypatch.setattr(exact, "projection_rows_stand_alone", lambda product, x, key: False)
+    assert rows_identical(target, lean_with(target, True), W=w) == w
+    assert rows_identical(target, through_transformers(target), W=w) == w
+    after = lean_with(target, True)(*second_pass(target, w))
+    torch.testing.assert_close(after.float(), before.float(), atol=1e-4, rtol=0) if \
+        target.dtype == torch.float32 else torch.testing.assert_close(after, before, atol=0.1, rtol=0)
+
+
+def second_pass(target, w):
+    """(ids, cache): a w-row pass after a 13-token prompt's."""
+    from transformers import DynamicCache
+    g = torch.Generator().manual_seed(w)
+    ids = torch.randint(0, target.config.vocab_size, (1, 13 + w), generator=g)
+    cache = DynamicCache()
+    lean_with(target, True)(ids[:, :13], cache)
+    return ids[:, 13:], cache
+
+
+def test_the_probe_finds_a_product_that_takes_rows_by_place():
+    """``rows_stand_alone`` and ``projection_rows_stand_alone`` say no to a product whose last
+    row is summed another way, yes to torch's own where it keeps rows alone (one row: always)."""
+    def by_place(a, b):                               # the last row in another order
+        out = a @ b
+        out[..., -1, :] = (a[..., -1:, :].flip(-1) @ b.flip(-2))[..., 0, :]
+        return out
+    a, b = torch.randn(2, 8, 64), torch.randn(2, 64, 48)
+    assert by_place(a, b)[..., :-1, :].equal((a @ b)[..., :-1, :])
+    assert not exact.rows_stand_alone(a, b, by_place)
+    assert exact.rows_stand_alone(a[:, :1], b)
+    w = torch.randn(48, 64)
+    taken, one = (lambda x: by_place(x, w.t())), (lambda x: x @ w.t())
+    assert not exact.projection_rows_stand_alone(taken, a[:1], taken)
+    assert exact.projection_rows_stand_alone(one, a[:1, :1], one)
 
 
 def test_sdpa_in_its_place_parts_them(target, monkeypatch):

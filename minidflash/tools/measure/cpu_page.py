@@ -137,3 +137,19 @@ def int8_drafts(name: str) -> str:
              f"`{name.split('/')[-1]}`; {same} of {n} answers with int8 drafts identical to "
              f"plain decoding's."]
     return "\n".join(rows)
+
+
+def exact_held(name: str) -> str:
+    """Exact mode on a CPU held to AVX2 (``exact.row_product``, ``exact.each_row``): its answers
+    against plain exact decoding's at the same W, and both against plain decoding, per suite."""
+    by, run = suites(name), read(name)
+    exact = next(m for m in next(iter(by.values()))["methods"] if m.startswith("dflash"))
+    plain_exact = next(m for m in next(iter(by.values()))["methods"] if m.startswith("plain/exact"))
+    over = [s["methods"][plain_exact]["tpot_ms"] / s["methods"][exact]["tpot_ms"] for s in by.values()]
+    price = [s["methods"][plain_exact]["speedup"] for s in by.values()]
+    same, n = identical((name,), exact)
+    return (f"On {cpu_kind(run)}, in {run['dtype']} at {run['threads']} threads "
+            f"(`{name.split('/')[-1]}`, {run['n']} test prompts in each of {len(by)} suites): "
+            f"{same} of {n} answers of `{exact}` identical to `{plain_exact}`'s, "
+            f"{span(over)} its speed; plain exact decoding ran at {span(price)} the speed of "
+            f"plain decoding.")
