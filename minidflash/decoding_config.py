@@ -22,9 +22,9 @@ stops. A drafter's ``decoding.json`` loads into one (``DecodingConfig.of(drafter
     record_steps    keep every step's drafts and the target's choices (a chain's)
     lean            the target's passes through lean.py (packed weights, one loop over the
                     layers; the same numbers): None where the target supports it, else off
-    draft_int8      in a lean decode, the drafter's products in int8 (lean.int8_product; a draft
+    draft_int8      in a lean decode, the drafter's products in int8 (lean_drafter.int8_product; a draft
                     is a proposal, so the output is the same): None where it would multiply
-                    fp32 weights on a CPU without bf16 units (lean.int8_by_default)
+                    fp32 weights on a CPU without bf16 units (lean_drafter.int8_by_default)
     exact           exact mode (exact.py): every target pass after the prefill W rows and an
                     attention reduced in index order, so a token's logits are the same bits
                     whichever pass computes it: greedy output equals plain decoding's at the

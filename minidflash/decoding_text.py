@@ -23,7 +23,7 @@ from dataclasses import fields
 
 import torch
 
-from . import lean, prices
+from . import lean, lean_drafter, prices
 from .verify_cost import VerifyCost, for_threads
 
 
@@ -171,7 +171,7 @@ def words_of(config, target, drafter, batch: bool, shipped: dict | None) -> str:
             what += (f"; keep as many drafts as pay on the measured verify curve{curve}, and "
                      f"skip the drafter after steps where none pays")
     if (B != 1 and drafter is not None and target is not None and lean.runs_lean(target, c.lean)
-            and lean.drafts_in_int8(drafter, c.draft_int8)):
+            and lean_drafter.drafts_in_int8(drafter, c.draft_int8)):
         what += ("; the drafter multiplies in int8 (its projection of the target's states in its "
                  "own dtype)")
     if c.temperature:

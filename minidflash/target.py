@@ -107,7 +107,7 @@ def describe_machine() -> dict:
 
 # What holds a CPU's kernels to an older instruction set (a CPU with bf16 units measured as one
 # without: ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2, and
-# FBGEMM_ENABLE_INSTRUCTIONS=AVX2 for the int8 drafts, lean.int8_product).
+# FBGEMM_ENABLE_INSTRUCTIONS=AVX2 for the int8 drafts, lean_drafter.int8_product).
 HOLDS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS",
          "FBGEMM_ENABLE_INSTRUCTIONS")
 

@@ -128,7 +128,11 @@ class TreeDraft:
     dtype: torch.dtype        # the target's: the additive mask's
 
     def inputs(self, state) -> dict:
+        """Positions and the tree's mask; the root alone (a step that skipped the drafter) needs
+        no mask: its pass is plain decoding's."""
         pos = int(state.start) + torch.cat([self.depths.new_zeros(1), self.depths])[None]
+        if not len(self.parents):
+            return {"position_ids": pos}
         return {"position_ids": pos,
                 "attention_mask": tree_attention_mask(self.parents, int(state.start), self.dtype)}
 

@@ -9,7 +9,7 @@ from it, and nothing else:
   nothing, a tree (``tree.TreeProposer``), or either chain inside the confidence cut and the cost
   model (``verify_cost.Budgeted``); the AR rival drafts through the same chain proposer;
 * the forward: ``decoding.TargetPass`` (transformers' forward, the lean pass or exact mode),
-  and in a lean decode the drafter's products packed once (``lean.drafting``);
+  and in a lean decode the drafter's products packed once (``lean_drafter.drafting``);
 * the pick: ``decoding.Pick`` (greedy with bf16 near-ties decided in fp32, or a sample);
 * the state: the core's ``Sequence``, or a ragged batch (``batch.Batch``);
 * on_step: the timings (``decoding.Stopwatch``), the trust of a cost model, the step records.
@@ -24,7 +24,7 @@ from .batch import Batch
 from .decoding import GenerationResult, Pick, Stopwatch, TargetPass, result, tie_head
 from .prepare import prepare
 from .decoding_config import DecodingConfig
-from .lean import drafting
+from .lean_drafter import drafting
 from .tree import TreeProposer
 from .verify_cost import Budgeted
 

@@ -34,6 +34,24 @@ def test_curve_covers_every_length_and_thread_count(tiny):
         assert c["in_decode_steps"][0] == 1.0
 
 
+def test_a_draft_is_timed_after_a_target_pass_as_in_a_decode(tiny, monkeypatch):
+    """The draft's price is taken right after a one-token target pass each time (the target's
+    weights push the drafter's out of the caches, as in a decode), and that pass is not timed."""
+    from minidflash.tools.measure import curve
+    target, _, drafter = tiny
+    events, real_pass, real_draft = [], curve.target_pass, drafter.draft
+    monkeypatch.setattr(curve, "target_pass", lambda t, ids, *a, **k: events.append(
+        ("pass", ids.shape[1])) or real_pass(t, ids, *a, **k))
+    monkeypatch.setattr(drafter, "draft", lambda *a, **k: events.append(("draft",)) or real_draft(*a, **k))
+    out = curve.verify_curve(target, drafter, context=16, max_k=2, repeats=3)
+    drafts = [i for i, e in enumerate(events) if e == ("draft",)]
+    assert len(drafts) == 1 + 3 and out["draft_ms"] > 0          # the first one fills the cache
+    assert all(events[i - 1] == ("pass", 1) for i in drafts[1:])
+    timed = []
+    common.median_ms(lambda: timed.append("fn"), 2, before=lambda: timed.append("before"))
+    assert timed == ["before", "fn"] * 2
+
+
 def test_calibration_counts_each_reached_slot_once(tiny):
     target, tokenizer, drafter = tiny
     rows = common.suite_prompts("arithmetic", "dev", 2)

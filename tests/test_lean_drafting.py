@@ -1,7 +1,7 @@
-"""A lean decode runs the drafter's products packed once (lean.drafting, lean.packed_product):
+"""A lean decode runs the drafter's products packed once (lean_drafter.drafting, lean.packed_product):
 close to ``F.linear``'s (a draft is a proposal, the target keeps what it verifies), packed again
 when a weight changes, every module as before on leaving (an error too), and only when lean is
-on; the decode's tokens are plain decoding's either way. With ``int8`` (lean.int8_product, the
+on; the decode's tokens are plain decoding's either way. With ``int8`` (lean_drafter.int8_product, the
 config's draft_int8) every product but ``fc``'s is int8, within about 2% of fp32; the default
 turns it on only for a big fp32 drafter on a CPU without bf16 units.
 """
@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import minidflash.lean as lean
+import minidflash.lean_drafter as lean_drafter
 from tests.helpers import decode_on, random_drafter, tiny_target
 
 
@@ -36,8 +37,8 @@ def test_packed_drafting_is_close_and_leaves_the_drafter_as_it_was(monkeypatch):
     drafter = random_drafter(target, 5, block_size=4)
     before = draft_logits(target, drafter)
     calls = calls_to(monkeypatch, "_mkl_linear")
-    with lean.drafting(drafter, int8=False):
-        assert "forward" in vars(drafter.fc) and drafter.head_product is lean.product
+    with lean_drafter.drafting(drafter, int8=False):
+        assert "forward" in vars(drafter.fc) and drafter.head_product is lean_drafter.product
         inside = draft_logits(target, drafter)
     # fc, and per layer q, k, v, o, gate, up, down, then the head: each once, packed
     assert len(calls) == 1 + 7 * len(drafter.layers) + 1
@@ -45,7 +46,7 @@ def test_packed_drafting_is_close_and_leaves_the_drafter_as_it_was(monkeypatch):
     assert all("forward" not in vars(m) for m in drafter.modules())
     assert drafter.head_product is torch.nn.functional.linear
     assert torch.equal(draft_logits(target, drafter), before)            # F.linear again
-    with pytest.raises(RuntimeError, match="boom"), lean.drafting(drafter):
+    with pytest.raises(RuntimeError, match="boom"), lean_drafter.drafting(drafter):
         raise RuntimeError("boom")
     assert all("forward" not in vars(m) for m in drafter.modules())
 
@@ -54,7 +55,7 @@ def test_packed_drafting_is_close_and_leaves_the_drafter_as_it_was(monkeypatch):
 def test_a_weight_that_changed_is_packed_again(change):
     target = tiny_target(5, vocab=89, layers=3)
     drafter = random_drafter(target, 5, block_size=4)
-    with lean.drafting(drafter, int8=False):
+    with lean_drafter.drafting(drafter, int8=False):
         first = draft_logits(target, drafter)
     with torch.no_grad():
         if change == "an in-place edit":
@@ -64,7 +65,7 @@ def test_a_weight_that_changed_is_packed_again(change):
         else:                                           # module.to swaps each weight's data
             target.to(torch.bfloat16), drafter.to(torch.bfloat16)
     fresh = draft_logits(target, drafter)
-    with lean.drafting(drafter, int8=False):
+    with lean_drafter.drafting(drafter, int8=False):
         again = draft_logits(target, drafter)
     assert again.dtype == fresh.dtype
     tol = 1e-5 if fresh.dtype == torch.float32 else 1e-2
@@ -77,8 +78,8 @@ def spied(monkeypatch, name):
     target = tiny_target(5, vocab=89, layers=3)
     drafter = random_drafter(target, 5, block_size=4)
     ids = torch.randint(0, 88, (1, 9), generator=torch.Generator().manual_seed(2))
-    real, calls = getattr(lean, name), []
-    monkeypatch.setattr(lean, name, lambda w: calls.append(w) or real(w))
+    real, calls = getattr(lean_drafter, name), []
+    monkeypatch.setattr(lean_drafter, name, lambda w: calls.append(w) or real(w))
     return target, drafter, ids, calls
 
 
@@ -104,24 +105,24 @@ def test_an_int8_product_is_close_to_fp32_and_keeps_the_shape_and_bias():
     g = torch.Generator().manual_seed(0)
     w, b = torch.randn(96, 160, generator=g) / 160 ** 0.5, torch.randn(96, generator=g)
     x = torch.randn(2, 5, 160, generator=g)
-    y = lean.int8_product(w)(x, b)
+    y = lean_drafter.int8_product(w)(x, b)
     ref = torch.nn.functional.linear(x, w, b)
     assert y.shape == ref.shape and y.dtype == torch.float32
     assert 0 < relative_error(y, ref) < 0.03, relative_error(y, ref)
-    assert relative_error(lean.int8_product(w)(x), x @ w.T) < 0.03           # no bias
+    assert relative_error(lean_drafter.int8_product(w)(x), x @ w.T) < 0.03           # no bias
     with torch.no_grad():
         w.mul_(-1)                                                          # quantized again
-    assert relative_error(lean.int8_product(w)(x), x @ w.T) < 0.03
+    assert relative_error(lean_drafter.int8_product(w)(x), x @ w.T) < 0.03
 
 
 def test_int8_drafting_is_close_leaves_fc_packed_and_restores(monkeypatch):
     target = tiny_target(5, vocab=89, layers=3)
     drafter = random_drafter(target, 5, block_size=4, layers=2)
     before = draft_logits(target, drafter)
-    real, int8 = lean.int8_product, []
-    monkeypatch.setattr(lean, "int8_product", lambda w: int8.append(w) or real(w))
-    with lean.drafting(drafter, int8=True):
-        assert drafter.head_product is lean.int8_head
+    real, int8 = lean_drafter.int8_product, []
+    monkeypatch.setattr(lean_drafter, "int8_product", lambda w: int8.append(w) or real(w))
+    with lean_drafter.drafting(drafter, int8=True):
+        assert drafter.head_product is lean_drafter.int8_head
         inside = draft_logits(target, drafter)
     linears = [m for m in drafter.modules() if isinstance(m, torch.nn.Linear)]
     assert {id(w) for w in int8} == {id(m.weight) for m in linears if m is not drafter.fc} | {
@@ -137,13 +138,13 @@ def test_int8_is_the_default_only_for_a_big_fp32_drafter_without_bf16_units(monk
     target = tiny_target(5, vocab=89, layers=3)
     drafter = random_drafter(target, 5, block_size=4)
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
-    assert not lean.int8_by_default(drafter)                    # small: its weights stay in cache
-    monkeypatch.setattr(lean, "INT8_MIN_PARAMETERS", 1)
-    assert lean.int8_by_default(drafter)
-    assert not lean.int8_by_default(drafter.to(torch.bfloat16))
+    assert not lean_drafter.int8_by_default(drafter)                    # small: its weights stay in cache
+    monkeypatch.setattr(lean_drafter, "INT8_MIN_PARAMETERS", 1)
+    assert lean_drafter.int8_by_default(drafter)
+    assert not lean_drafter.int8_by_default(drafter.to(torch.bfloat16))
     drafter.float()
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
-    assert not lean.int8_by_default(drafter)
+    assert not lean_drafter.int8_by_default(drafter)
 
 
 @pytest.mark.parametrize("path", ["chain", "tree", "batch"])

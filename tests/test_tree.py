@@ -570,3 +570,17 @@ def test_ignored_temperature_is_caught(sampling_setup, cold_probs, monkeypatch):
     monkeypatch.setattr(tree_mod.TreeDraft, "walk", lambda draft, logits, final, pick: real(
         draft, logits, final, decoding.Pick(1.0, pick.sample.generator)))
     assert sampled_pvalue(target, drafter, ids, cold_probs, temperature=COLD) < 1e-6
+
+
+def test_a_step_that_skipped_the_drafter_passes_no_mask():
+    """The root alone (the cost model skipped the drafter) is plain decoding's pass: its position,
+    no tree mask (a mask made the one-token pass slower than plain decoding's)."""
+    from types import SimpleNamespace
+    none = torch.zeros(0, dtype=torch.long)
+    alone = tree_mod.TreeDraft(torch.tensor([[5]]), none, none, torch.float32)
+    inputs = alone.inputs(SimpleNamespace(start=torch.tensor([7])))
+    assert set(inputs) == {"position_ids"} and inputs["position_ids"].tolist() == [[7]]
+    one = tree_mod.TreeDraft(torch.tensor([[5, 6]]), torch.tensor([-1]), torch.tensor([1]),
+                             torch.float32)
+    inputs = one.inputs(SimpleNamespace(start=torch.tensor([7])))
+    assert inputs["position_ids"].tolist() == [[7, 8]] and inputs["attention_mask"].shape == (1, 1, 2, 9)

@@ -137,12 +137,15 @@ def correct(row: dict, text: str) -> bool | None:
 # Timing and results files
 # --------------------------------------------------------------------------------------------
 
-def median_ms(fn, repeats: int, device=None) -> float:
-    """Median milliseconds of ``repeats`` calls of fn, each timed by ``clock``."""
+def median_ms(fn, repeats: int, device=None, before=None) -> float:
+    """Median milliseconds of ``repeats`` calls of fn, each timed by ``clock``; ``before``, where
+    given, called ahead of each, untimed (what a decode runs between two such calls)."""
     from ..decoding import clock
 
     ts = []
     for _ in range(repeats):
+        if before is not None:
+            before()
         t = clock(device)
         fn()
         ts.append(clock(device) - t)

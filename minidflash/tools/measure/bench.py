@@ -30,7 +30,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ...decoding import crop_cache, target_pass
-from ...lean import drafting
+from ...lean_drafter import drafting
 from ...prepare import lean_of
 from ...paths import TINY_DRAFTER_DIR, TINY_TARGET_DIR, repo_relative
 from ...checkpoints import load_drafter
