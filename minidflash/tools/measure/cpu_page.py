@@ -153,3 +153,25 @@ def exact_held(name: str) -> str:
             f"{same} of {n} answers of `{exact}` identical to `{plain_exact}`'s, "
             f"{span(over)} its speed; plain exact decoding ran at {span(price)} the speed of "
             f"plain decoding.")
+
+
+LLAMA = "llamacpp-plain/bf16"     # llama.cpp's plain decoding of the target in bf16
+
+
+def llama_held(*names: str) -> str:
+    """The default's tokens per second against llama.cpp's plain bf16 decoding in the same runs
+    (``bench --methods ... llamacpp-plain/bf16``): per file its thread count, llama.cpp's tokens
+    per second and the default's share of them over the suites; how many of llama.cpp's answers
+    were this package's fp32 plain decoding's tokens."""
+    parts, same, n = [], 0, 0
+    for name in names:
+        by = [s["methods"] for s in suites(name).values()]
+        llama = [m[LLAMA]["tokens_per_s"] for m in by]
+        share = [m["dflash"]["tokens_per_s"] / m[LLAMA]["tokens_per_s"] for m in by]
+        same += sum(m[LLAMA]["identical_count"] for m in by)
+        n += sum(s["prompts"] for s in suites(name).values())
+        parts.append(f"{span(llama, '{:.1f}', '')} tokens/s at {read(name)['threads']} thread(s) "
+                     f"(`{name.split('/')[-1]}`), the default {span(share)} of it")
+    return (f"In the same runs llama.cpp decoded at " + "; ".join(parts) + f". {same} of {n} of "
+            f"llama.cpp's answers were the tokens of this package's fp32 plain decoding (bf16 "
+            f"rounds otherwise).")
