@@ -255,14 +255,27 @@ def rows_stand_alone(a: torch.Tensor, b: torch.Tensor, product=torch.matmul) -> 
     key = (product, R, K, M, flipped, a.dtype, a.device.type, torch.get_num_threads())
     if key not in _STAND_ALONE:
         g = torch.Generator().manual_seed(R)
-        same = True
-        for _ in range(2):
-            row = torch.randn(1, 1, K, generator=g).to(a.device, a.dtype).expand(2, R, K).contiguous()
-            other = torch.randn(2, *((M, K) if flipped else (K, M)), generator=g).to(a.device, b.dtype)
-            out = product(row, other.transpose(-1, -2) if flipped else other)     # (2, R, M)
-            same &= bool((out == out[:, :1]).all())
-        _STAND_ALONE[key] = same
+
+        def other():                       # b's shape, laid out as b is
+            o = torch.randn(2, *((M, K) if flipped else (K, M)), generator=g).to(a.device, b.dtype)
+            return o.transpose(-1, -2) if flipped else o
+        _STAND_ALONE[key] = all(rows_alike(product(copies_of_a_row((2, R, K), a, g), other()))
+                                for _ in range(2))
     return _STAND_ALONE[key]
+
+
+def copies_of_a_row(shape: tuple, like: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    """A tensor of ``shape`` (..., R, K) in ``like``'s dtype and device whose R rows are copies
+    of one random row: what the probes of a product's rows multiply."""
+    row = torch.randn(shape[-1], generator=g).to(like.device, like.dtype)
+    return row.expand(shape).contiguous()
+
+
+def rows_alike(out) -> bool:
+    """Is every row of ``out`` (..., R, M), or of each tensor of a tuple of them, the same bits
+    as its first?"""
+    return all(bool((y == y[..., :1, :]).all())
+               for y in (out if isinstance(out, (tuple, list)) else (out,)))
 
 
 def transformers_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
@@ -353,11 +366,7 @@ def projection_rows_stand_alone(product, x: torch.Tensor, key) -> bool:
     found = _ALONE.setdefault(key, {})
     T, at = x.shape[1], (x.shape[1], torch.get_num_threads())
     if at not in found:
-        g = torch.Generator().manual_seed(T)
-        row = torch.randn(1, 1, x.shape[-1], generator=g).to(x.device, x.dtype)
-        outs = product(row.expand(*x.shape[:-1], -1).contiguous())
-        found[at] = all(bool((y == y[:, :1]).all())
-                        for y in (outs if isinstance(outs, (tuple, list)) else (outs,)))
+        found[at] = rows_alike(product(copies_of_a_row(x.shape, x, torch.Generator().manual_seed(T))))
     return found[at]
 
 

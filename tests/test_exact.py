@@ -150,8 +150,8 @@ def test_rows_stand_alone_a_row_at_a_time(target, w, monkeypatch):
     assert rows_identical(target, lean_with(target, True), W=w) == w
     assert rows_identical(target, through_transformers(target), W=w) == w
     after = lean_with(target, True)(*second_pass(target, w))
-    torch.testing.assert_close(after.float(), before.float(), atol=1e-4, rtol=0) if \
-        target.dtype == torch.float32 else torch.testing.assert_close(after, before, atol=0.1, rtol=0)
+    atol = 1e-4 if target.dtype == torch.float32 else 0.1
+    torch.testing.assert_close(after, before, atol=atol, rtol=0)
 
 
 def second_pass(target, w):

@@ -74,37 +74,32 @@ def verify_curve(target, drafter, context: int = 256, max_k: int = 16, repeats: 
                  lean: bool | None = None, tick=lambda: None) -> dict:
     """Median ms of a target pass over k = 1..max_k tokens after `context` cached tokens (with the
     hidden states the drafter reads), and of one drafter call for its block size (at most
-    max_k) right after a one-token target pass, as a decode drafts (on a CPU the target's weights
-    have pushed the drafter's out of the caches by then), on the target's device. lean: the pass a decode runs (None: lean.py where the target
-    supports it, as a decode's default; False: transformers' forward)."""
+    max_k) right after a one-token target pass, as a decode drafts (on a CPU the target's
+    weights have pushed the drafter's out of the caches by then), on the target's device. lean:
+    the pass a decode runs (None: lean.py where the target supports it, as a decode's default;
+    False: transformers' forward)."""
     device = target.device
     lean = lean_of(target, DecodingConfig(lean=lean))
     ids = torch.randint(0, 200, (1, context + max_k), device=device)
     cache = DynamicCache()
     target_pass(target, ids[:, :context], cache, False, False, lean=lean)
+
+    def verify(k: int):                    # a pass over k tokens, its keys cropped after it
+        pos = torch.arange(context, context + k, device=device)[None]
+        return lambda: (target_pass(target, ids[:, context:context + k], cache, True, False,
+                                    lean=lean, position_ids=pos), crop_cache(cache, context))
     ms = []
     for k in range(1, max_k + 1):
-        pos = torch.arange(context, context + k, device=device)[None]
-
-        def verify():
-            target_pass(target, ids[:, context:context + k], cache, True, False, lean=lean,
-                        position_ids=pos)
-            crop_cache(cache, context)
-        ms.append(median_ms(verify, repeats, device))
+        ms.append(median_ms(verify(k), repeats, device))
         tick()
     hidden = torch.randn(1, context, len(drafter.target_layer_ids) * target.config.hidden_size,
                          device=device, dtype=target.dtype)
     dcache, B = drafter.new_cache(), min(drafter.block_size, max_k)
-    one = torch.arange(context, context + 1, device=device)[None]
-
-    def step():                            # a decode's target pass between two drafts, whose
-        target_pass(target, ids[:, context:context + 1], cache, True, False, lean=lean,
-                    position_ids=one)      # weights push the drafter's out of the caches
-        crop_cache(cache, context)
-    with drafting(drafter, lean):          # as a decode drafts
+    with drafting(drafter, lean):          # as a decode drafts, after a one-token pass each time
         drafter.draft(target, ids[:, context - 1], hidden, context, dcache, B)
         draft = median_ms(lambda: drafter.draft(target, ids[:, context - 1], hidden[:, :0],
-                                                context, dcache, B), repeats, device, before=step)
+                                                context, dcache, B), repeats, device,
+                          before=verify(1))
     return {"verify_ms": ms, "draft_ms": draft, "lean": lean}
 
 
