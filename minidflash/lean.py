@@ -16,10 +16,12 @@ the same, so a leaner pass speeds plain and speculative decoding alike.
    (``torch.ops.mkl``): ``F.linear`` lays the weights out again on every product of more than
    one row, which on a CPU without bf16 units makes a 2-token pass cost nearly two 1-token
    passes; packed once, the weights are read as they lie (``budget curve`` before and after:
-   data/results/verify_curve_smollm2_fp32_avx2*.json). A one-token pass keeps ``F.linear``,
-   faster for one row. The packed products round differently from ``F.linear`` (within 1e-5:
-   tests/test_lean.py), so a verify pass may part from transformers' forward at an fp32
-   near-tie, as it may from a one-token pass anyway (``MINIDFLASH_PACK_FP32=0``: ``F.linear``
+   data/results/verify_curve_smollm2_fp32_avx2*.json). Passes of 1..8 tokens (every decode
+   step) go through row_product.py's kernel instead, which reads each weight once for all the
+   rows and sums a row the same way wherever it sits: a verify pass then costs little more than
+   a plain step, and a token's logits are the same bits in both. These products round
+   differently from ``F.linear`` (within 1e-5: tests/test_lean.py), so a decode may part from
+   transformers' forward at an fp32 near-tie (``MINIDFLASH_PACK_FP32=0``: ``F.linear``
    everywhere, transformers' bits). The packed copy doubles the weights' memory: pass
    lean=False where it is short.
 2. One loop over the layers calls what transformers' layers call, in the same order: the RMSNorm
@@ -57,6 +59,8 @@ import torch.nn.functional as F
 from torch.utils.weak import WeakIdKeyDictionary
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import create_causal_mask
+
+from . import row_product
 
 from .exact import Seen, each_row, invariant_attention
 
@@ -102,10 +106,13 @@ class Projection:
     """Several ``nn.Linear`` that read the same input: ``self(x)`` is their outputs, in order (a
     tuple when there are several), from one matrix of their weights, packed once: a second copy
     of the weights. bf16 on a CPU with bf16 units: packed by oneDNN, bit-identical to
-    transformers' calls. fp32: packed by MKL (``packed == "mkl"``) for passes of more than one
-    row: ``F.linear`` re-lays its weight out on every such call, the packed product does not, and
-    rounds differently (within 1e-5 of it: tests/test_lean.py); a one-row pass (a plain decode
-    step) keeps ``F.linear``, faster there (``products``) and transformers' own bits. Elsewhere (bf16
+    transformers' calls. fp32: a pass of 1..8 rows (a plain step, a verify) through
+    row_product.py's kernel, which reads the weight once for all of them; more rows (a prefill)
+    through MKL's packed product (``packed == "mkl"``): ``F.linear`` re-lays its weight out on
+    every such call, the packed product does not. Both round differently from ``F.linear``
+    (within 1e-5 of it: tests/test_lean.py). Where the kernel is not built, a one-row pass keeps
+    ``F.linear`` (faster there than the packed product, and transformers' own bits) and the
+    packed product takes every pass of more rows. Elsewhere (bf16
     without bf16 units, float16) each product reads its module's own weight through
     ``F.linear``, with no copy."""
 
@@ -124,10 +131,13 @@ class Projection:
 
     def __call__(self, x: torch.Tensor):
         rows = x.reshape(-1, x.shape[-1])
-        if not self.packed or (self.packed == "mkl" and rows.shape[0] == 1):
+        if self.packed == "mkl" and row_product.takes(rows, self.plain):
+            y = row_product.product(rows, self.plain, self.bias)     # a few rows: read once
+        elif not self.packed or (self.packed == "mkl" and rows.shape[0] == 1):
             ys = [F.linear(x, w, b) for w, b in self.parts]      # one row: F.linear's own is
             return ys[0] if len(ys) == 1 else ys                # faster than the packed one
-        y = packed_rows(rows, self.packed, self.weight, self.plain, self.bias)
+        else:
+            y = packed_rows(rows, self.packed, self.weight, self.plain, self.bias)
         y = y.view(*x.shape[:-1], y.shape[-1])
         return y.split(self.sizes, -1) if len(self.sizes) > 1 else y
 
@@ -164,8 +174,9 @@ _PACKED = WeakIdKeyDictionary()   # weight -> (what it was when packed, the pack
 def packed_product(weight: torch.Tensor):
     """``f(x, bias)``: ``F.linear(x, weight, bias)`` as ``Projection`` runs it, the packing
     decided and done once (kept beside the weight, packed again when it changes): where the CPU
-    packs the weight's dtype, the packed product, but ``F.linear`` for one row in fp32; elsewhere,
-    and for a weight that trains, ``F.linear``."""
+    packs the weight's dtype, the packed product, but in fp32 row_product.py's kernel for 1..8
+    rows (``F.linear`` for one row where it is not built); elsewhere, and for a weight that
+    trains, ``F.linear``."""
     kind = "onednn" if native_packing(weight) else "mkl" if mkl_packing(weight) else None
     if kind is None or weight.requires_grad and torch.is_grad_enabled():
         return lambda x, bias=None: F.linear(x, weight, bias)
@@ -174,9 +185,12 @@ def packed_product(weight: torch.Tensor):
 
     def f(x: torch.Tensor, bias: torch.Tensor | None = None):
         rows = x.reshape(-1, x.shape[-1])
-        if kind == "mkl" and rows.shape[0] == 1:
+        if kind == "mkl" and row_product.takes(rows, weight):
+            y = row_product.product(rows, weight, bias)
+        elif kind == "mkl" and rows.shape[0] == 1:
             return F.linear(x, weight, bias)
-        y = packed_rows(rows, kind, packed, weight, bias)
+        else:
+            y = packed_rows(rows, kind, packed, weight, bias)
         return y.view(*x.shape[:-1], y.shape[-1])
     return f
 

@@ -97,12 +97,14 @@ def describe_machine() -> dict:
     """What a measurement ran on, for its result file: the CPU's model name, its core count,
     whether it multiplies bf16 matrices in hardware (``native_bf16``: the verify curve in bf16 is
     near flat with it, steep without), the instruction set torch's kernels ran with and what
-    held them to it (``HOLDS``, where set) and torch's version. Timings from machines that differ
-    here are not comparable."""
+    held them to it (``HOLDS``, where set), what multiplies a few fp32 rows (``fp32_rows``:
+    row_product.py's kernel, or MKL and why) and torch's version. Timings from machines that
+    differ here are not comparable."""
+    from .row_product import status
     held = {k: os.environ[k] for k in HOLDS if os.environ.get(k)}
     return {"cpu": cpu_model(), "cores": os.cpu_count(), "native_bf16": native_bf16("cpu"),
             "isa": torch.backends.cpu.get_cpu_capability(), **({"held_by": held} if held else {}),
-            "torch": torch.__version__}
+            "fp32_rows": status(), "torch": torch.__version__}
 
 
 # What holds a CPU's kernels to an older instruction set (a CPU with bf16 units measured as one

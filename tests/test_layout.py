@@ -18,7 +18,7 @@ PKG = Path(__file__).resolve().parent.parent / "minidflash"
 MAX_LINES = 500
 # Each core module and the core modules it may import (directly or lazily).
 LAYERS = ["core.paper", "core.mask", "core.kernel", "core.attention", "core.drafter", "core.trainer", "core.verifier", "paths",
-          "files", "hub", "weights", "exact", "lean", "lean_drafter", "batch", "verify_cost", "prices", "decoding_text", "decoding_config", "target", "attention",
+          "files", "hub", "weights", "exact", "row_product", "lean", "lean_drafter", "batch", "verify_cost", "prices", "decoding_text", "decoding_config", "target", "attention",
           "checkpoints", "ar_drafter", "prepare", "decoding", "tree", "verifier", "train_config", "train_data",
           "train_start", "trainer"]
 # The folders, bottom to top: each may import the core and the folders before it, never after.

@@ -11,6 +11,7 @@ import torch
 
 import minidflash.lean as lean
 import minidflash.lean_drafter as lean_drafter
+from minidflash import row_product
 from tests.helpers import decode_on, random_drafter, tiny_target
 
 
@@ -26,9 +27,11 @@ def draft_logits(target, drafter, seed=0):
 
 
 def calls_to(monkeypatch, name):
-    """A list that grows by one at each call of torch.ops.mkl.<name> (the packed product)."""
-    calls, real = [], getattr(torch.ops.mkl, name)
+    """A list that grows by one at each call of torch.ops.mkl.<name> (the packed product) and of
+    row_product.product (the lean pass's product of 1..8 fp32 rows)."""
+    calls, real, rows = [], getattr(torch.ops.mkl, name), row_product.product
     monkeypatch.setattr(torch.ops.mkl, name, lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(row_product, "product", lambda *a: calls.append(1) or rows(*a))
     return calls
 
 
@@ -40,7 +43,8 @@ def test_packed_drafting_is_close_and_leaves_the_drafter_as_it_was(monkeypatch):
     with lean_drafter.drafting(drafter, int8=False):
         assert "forward" in vars(drafter.fc) and drafter.head_product is lean_drafter.product
         inside = draft_logits(target, drafter)
-    # fc, and per layer q, k, v, o, gate, up, down, then the head: each once, packed
+    # fc, and per layer q, k, v, o, gate, up, down, then the head: each once, packed (MKL) or
+    # through row_product.py (1..8 rows)
     assert len(calls) == 1 + 7 * len(drafter.layers) + 1
     assert torch.allclose(before, inside, rtol=1e-5, atol=1e-5), (before - inside).abs().max()
     assert all("forward" not in vars(m) for m in drafter.modules())

@@ -28,6 +28,16 @@ def curves(before: str, after: str) -> str:
             f"{span(_draft(after), unit='')} after (the drafter's products packed too).")
 
 
+def rows_curves(mkl: str, rows: str) -> str:
+    """What passes over 2, 4 and 8 tokens cost in one-token passes with MKL's products for more
+    than one row and with row_product.py's kernel for 1..8 rows."""
+    at = lambda name: ", ".join(span(_steps(name, k), unit="") for k in (2, 4, 8))
+    threads = " and ".join(read(rows)["threads"])
+    return (f"On {cpu_kind(read(rows))}, in fp32, passes over 2, 4 and 8 tokens cost {at(mkl)} "
+            f"one-token passes with MKL's packed products (`{mkl.split('/')[-1]}`), and {at(rows)} "
+            f"with the kernel's (`{rows.split('/')[-1]}`), at {threads} thread(s).")
+
+
 def _draft(name: str) -> list[float]:
     """A drafter call in one-token passes, per thread count of a curve file."""
     return [c["draft_ms"] / c["verify_ms"][0] for c in read(name)["threads"].values()]
@@ -48,7 +58,16 @@ def profile(before: str, after: str) -> str:
     return "\n".join(rows)
 
 
-def table(two: str, before: str, rerun: str | None = None) -> str:
+F_LINEAR = "with `F.linear`'s products and the drafter's shipped curves"
+MKL = "with MKL's packed products for every pass of more than one token (before row_product.py)"
+
+
+def rows_table(two: str, before: str, rerun: str | None = None) -> str:
+    """``table`` after row_product.py's kernel, ``before`` the same command with MKL's products."""
+    return table(two, before, rerun, before_is=MKL)
+
+
+def table(two: str, before: str, rerun: str | None = None, before_is: str = F_LINEAR) -> str:
     """The default against plain decoding on that CPU, per suite: tau, the speedup over the
     fastest plain (of the lean pass, transformers' forward in our loop and transformers'
     ``generate``; and in the same command run again, ``rerun``) and over ``generate``, tokens per
@@ -85,8 +104,7 @@ def table(two: str, before: str, rerun: str | None = None) -> str:
                 + (f"run again: the same command, `{rerun.split('/')[-1]}`; " if rerun else "")
                 + (f"drafts in fp32: `{FP32_DRAFTS}` in the same run, the drafter's products "
                    f"packed in fp32 as before its int8 drafts; " if fp32 else "")
-                + f"before: the same CPU and threads with `F.linear`'s "
-                f"products and the drafter's shipped curves (`{before.split('/')[-1]}`). "
+                + f"before: the same CPU and threads {before_is} (`{before.split('/')[-1]}`). "
                 f"{same} of {n} answers identical to plain decoding's.")
     return "\n".join(rows)
 
