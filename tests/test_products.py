@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from minidflash import row_product
 from minidflash.target import load_target
 from minidflash.tools.measure import products
 
@@ -20,7 +21,9 @@ def test_a_pass_has_the_targets_products():
 def test_every_way_at_every_row_count(tmp_path, capsys):
     out = products.main(["--threads", "1", "--repeats", "1", "--out", str(tmp_path / "p.json")])
     r = out["threads"]["1"]
-    assert set(r["ms"]) == {"F.linear", "mkl", "onednn", "bf16 -> fp32"}
+    kernel = {"row_product"} if row_product.why_not() is None else set()
+    assert set(r["ms"]) == {"F.linear", "mkl", "onednn", "bf16 -> fp32"} | kernel
+    assert all(r["same_rows"][n] for n in kernel)      # a row's bits its own, 8 rows at a time
     assert all(set(by) == {"1", "2", "4", "8", "16"} and min(by.values()) > 0
                for by in r["ms"].values())
     assert all(isinstance(v, bool) for v in r["same_rows"].values())

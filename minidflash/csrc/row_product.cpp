@@ -22,7 +22,7 @@ inline float add_lanes(__m256 v) {
 // registers), the next O rows of w fetched ahead while these are summed
 template <int R>
 void rows(const float* x, const float* w, float* y, int64_t K, int64_t N, int64_t o0, int64_t o1) {
-  constexpr int O = R <= 2 ? 4 : R == 3 ? 3 : R <= 6 ? 2 : 1;
+  constexpr int O = R <= 2 ? 4 : R <= 4 ? 3 : 2;
   int64_t o = o0;
   for (; o + O <= o1; o += O) {
     __m256 acc[O][R];

@@ -13,6 +13,8 @@ weights stream from memory as in a real pass, the ways taking turns in one proce
     onednn      oneDNN's packed fp32 product (``torch.ops.mkldnn``), packed once
     bf16 -> fp32  weights stored in bf16 (half the bytes), each cast to fp32 for an ``F.linear``
                 (what a compiled product with bf16 weights and fp32 arithmetic would read)
+    row_product row_product.py's kernel over the weights as they lie, 8 rows at a time (the
+                lean pass's fp32 product of a decode step; where it is built)
 
 Each cell is the median of ``--repeats`` passes' products, in ms, and the ratio to the same way
 at one row; ``same_rows`` says whether each way's rows at M < 16 are the bits of its 16-row
@@ -28,6 +30,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from ... import row_product
 from ...target import load_target
 from ..common import add_load, add_threads, at_least, or_error, out_file, write
 
@@ -47,10 +50,13 @@ def ways(weight: torch.Tensor) -> dict:
     mkl = torch.ops.mkl._mkl_reorder_linear_weight(weight, 16)
     onednn = torch.ops.mkldnn._reorder_linear_weight(weight, 16)
     half = weight.bfloat16()
+    by_rows = lambda x: torch.cat([row_product.product(c, weight)
+                                   for c in x.split(row_product.MAX_ROWS)])
     return {"F.linear": lambda x: F.linear(x, weight),
             "mkl": lambda x: torch.ops.mkl._mkl_linear(x, mkl, weight, None, x.shape[0]),
             "onednn": lambda x: torch.ops.mkldnn._linear_pointwise(x, onednn, None, "none", [], ""),
-            "bf16 -> fp32": lambda x: F.linear(x, half.float())}
+            "bf16 -> fp32": lambda x: F.linear(x, half.float()),
+            **({"row_product": by_rows} if row_product.takes(weight[:1], weight) else {})}
 
 
 def measure(config, layers: int, repeats: int, rows=ROWS) -> dict:
