@@ -1,21 +1,21 @@
 """fp32 products of a few rows that read the weight once: the projections of a decode step.
 
 Not a paper section: what a verify pass costs on a CPU without bf16 units. A target pass over
-k tokens multiplies k rows by each weight; for a few rows its time is reading the weights (540
-MB a pass for SmolLM2-135M in fp32). MKL's products read them at their best for one row
-(``F.linear``), lay them out again for more than one, and even laid out once (lean.py's packed
-products) read them more slowly for 2 to 8 rows than for one: on a CPU held to AVX2 a pass
-over 4 tokens cost 1.2-1.3 one-token passes, which is what a verify pays that a plain step does
-not (``python -m minidflash budget machine``).
+k tokens multiplies k rows by each weight; for a few rows its time is reading the weights (all
+of them, every pass: SmolLM2-135M's are 540 MB in fp32). MKL reads them at its best for one row
+(``F.linear``), lays them out again for more than one, and even laid out once (lean.py's packed
+products) reads them more slowly for 2 to 8 rows than for one: that is most of what a verify
+pass pays that a plain step does not (``python -m minidflash products``).
 
 ``product(rows, weight)`` is that product for 1..``MAX_ROWS`` rows in C++
 (csrc/row_product.cpp): each thread takes a slice of the weight's rows and reads each weight
 row once for all the input rows, fetching the next ones ahead, 8 lanes of fused multiply-adds.
-A one-row product is as fast as MKL's or faster, and a product of 2-8 rows costs little more,
-so a verify pass costs little more than a plain step (data/results/ has the passes before and
-after). Every output is summed the same way whatever the number of rows and wherever its row
-sits, so a row's bits never depend on the other rows of the pass: a token's logits are the same
-bits in a plain step and in a verify pass (exact.py finds so with its probe).
+A one-row product is as fast as MKL's or faster, and one of 2-8 rows costs little more
+(data/results/products_smollm2_avx2_rows.json; a whole pass before and after:
+step_profile_smollm2_float32_avx2_mkl4.json and _rows4.json). Every output is summed the same
+way whatever the number of rows and wherever its row sits, so a row's bits never depend on the
+other rows of the pass: a token's logits are the same bits in a plain step and in a verify pass
+(exact.py's probe finds the rows standing alone).
 
 It is built once, at first use, by torch's own extension builder (``torch.utils.cpp_extension``:
 a C++ compiler and ninja, requirements.txt) into torch's extension cache, for CPUs with AVX2 and

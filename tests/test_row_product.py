@@ -107,3 +107,10 @@ def test_without_the_kernel_the_lean_pass_is_as_close_to_transformers(monkeypatc
         got = target_pass(model, part, caches[1], True, True, lean=True)
         assert torch.allclose(ref[0], got[0], rtol=1e-5, atol=1e-5)
     assert lean.of(model).layers[0]["qkv"].packed == "mkl"
+
+
+@needs_kernel
+def test_step_profile_counts_the_kernel_among_the_products():
+    from minidflash.tools.measure import step_profile
+    split = step_profile.split_pass(tiny_target(3), 4, 16, 1, lean=True)   # every product: ours
+    assert split["matmul"] > 0, split

@@ -59,7 +59,7 @@ def profile(before: str, after: str) -> str:
 
 
 F_LINEAR = "with `F.linear`'s products and the drafter's shipped curves"
-MKL = "with MKL's packed products for every pass of more than one token (before row_product.py)"
+MKL = "with MKL's packed products for every pass of more than one token, as before row_product.py"
 
 
 def rows_table(two: str, before: str, rerun: str | None = None) -> str:

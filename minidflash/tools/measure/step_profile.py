@@ -5,7 +5,8 @@ Not a paper section: the cost side of section 3 on a CPU. This command times a p
 tokens, under ``torch.profiler``, through transformers' forward ("torch") and through lean.py
 ("lean"), the two taking turns, and splits each pass's wall time into:
 
-    matmul      aten::mm / addmm / bmm / linear / matmul, oneDNN's and MKL's packed linear
+    matmul      aten::mm / addmm / bmm / linear / matmul, oneDNN's and MKL's packed linear,
+                row_product.py's kernel
                 (the projections and the lm_head)
     attention   scaled_dot_product_attention and its kernels; in exact mode (``--passes exact``,
                 every pass on ``--rows`` W rows) every op inside ``exact.invariant_attention``
@@ -42,7 +43,7 @@ from ..common import add_dtype, add_load, add_threads, at_least, count, or_error
 
 KINDS = {
     "matmul": ("aten::mm", "aten::addmm", "aten::bmm", "aten::linear", "aten::matmul",
-               "aten::_mkldnn", "mkldnn", "mkl::_mkl_linear"),
+               "aten::_mkldnn", "mkldnn", "mkl::_mkl_linear", "minidflash::row_product"),
     "attention": ("scaled_dot_product", "aten::_scaled_dot", "flash_attention", "aten::softmax",
                   "aten::_softmax"),
     "norms": ("aten::pow", "aten::mean", "aten::rsqrt", "aten::silu", "aten::rms_norm"),
@@ -85,7 +86,7 @@ def split_pass(target, tokens: int, context: int, repeats: int, final: bool = Tr
         crop_cache(cache, context)
         by = dict.fromkeys([*KINDS, "other ops"], 0.0)
         for event in prof.events():
-            if event.name.startswith(("aten::", "mkl::")) or "mkldnn" in event.name:
+            if event.name.startswith(("aten::", "mkl::", "minidflash::")) or "mkldnn" in event.name:
                 kind = "attention" if inside(event, ATTENTION) else kind_of(event.name)
                 by[kind] += event.self_cpu_time_total / 1e3
         by["overhead"] = max(0.0, wall - sum(by.values()))
