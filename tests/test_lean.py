@@ -26,7 +26,12 @@ def tiny_llama(seed=0, dtype=torch.float32, bias=False):
     cfg = LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                       attention_bias=bias, tie_word_embeddings=True)
-    return LlamaForCausalLM(cfg).to(dtype).eval().requires_grad_(False)
+    model = LlamaForCausalLM(cfg)
+    with torch.no_grad():                     # transformers starts biases at 0: give them weight
+        for m in model.modules():
+            if isinstance(m, torch.nn.Linear) and m.bias is not None:
+                m.bias.normal_(0, 0.1)
+    return model.to(dtype).eval().requires_grad_(False)
 
 
 MODELS = {
@@ -34,6 +39,7 @@ MODELS = {
     "qwen3-bf16": lambda: tiny_target(3).to(torch.bfloat16),
     "llama-fp32": lambda: tiny_llama(),
     "llama-bf16-bias": lambda: tiny_llama(1, torch.bfloat16, bias=True),
+    "llama-fp32-bias": lambda: tiny_llama(2, bias=True),
 }
 
 
@@ -76,7 +82,7 @@ def assert_close(ref, got, what):
         assert torch.allclose(a, b, rtol=1e-5, atol=1e-5), f"{what}: hidden_states[{i}] differ"
 
 
-@pytest.mark.parametrize("name", ["qwen3-fp32", "llama-fp32"])
+@pytest.mark.parametrize("name", ["qwen3-fp32", "llama-fp32", "llama-fp32-bias"])
 def test_fp32_packed_products_are_close_to_transformers(name):
     model = MODELS[name]()
     assert lean.of(model).layers[0]["qkv"].packed == "mkl"
