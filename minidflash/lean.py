@@ -127,11 +127,12 @@ class Projection:
             self.bias = None if biases[0] is None else torch.cat([b.detach() for b in biases])
             self.plain = weight                           # MKL's call reads the unpacked too
             self.weight = pack(weight, self.packed)
+        self.by_rows = self.packed == "mkl" and row_product.fits(self.plain)   # 1..8 rows
         self.parts = [(lin.weight, lin.bias) for lin in linears]
 
     def __call__(self, x: torch.Tensor):
         rows = x.reshape(-1, x.shape[-1])
-        if self.packed == "mkl" and row_product.takes(rows, self.plain):
+        if self.by_rows and rows.shape[0] <= row_product.MAX_ROWS:
             y = row_product.product(rows, self.plain, self.bias)     # a few rows: read once
         elif not self.packed or (self.packed == "mkl" and rows.shape[0] == 1):
             ys = [F.linear(x, w, b) for w, b in self.parts]      # one row: F.linear's own is
@@ -182,10 +183,11 @@ def packed_product(weight: torch.Tensor):
         return lambda x, bias=None: F.linear(x, weight, bias)
     packed = kept_beside(_PACKED, weight, (packing_threads(),),
                          lambda: pack(weight.detach(), kind))
+    by_rows = kind == "mkl" and row_product.fits(weight)
 
     def f(x: torch.Tensor, bias: torch.Tensor | None = None):
         rows = x.reshape(-1, x.shape[-1])
-        if kind == "mkl" and row_product.takes(rows, weight):
+        if by_rows and rows.shape[0] <= row_product.MAX_ROWS:
             y = row_product.product(rows, weight, bias)
         elif kind == "mkl" and rows.shape[0] == 1:
             return F.linear(x, weight, bias)

@@ -74,12 +74,17 @@ def ready() -> bool:
     return False
 
 
+def fits(weight: torch.Tensor) -> bool:
+    """Can ``product`` multiply rows by this weight (N, K): fp32, on the CPU, contiguous, K a
+    multiple of 8, and the kernel built? (Asked once a weight: lean.py's products.)"""
+    return (weight.dtype == torch.float32 and weight.device.type == "cpu"
+            and weight.is_contiguous() and weight.shape[-1] % 8 == 0 and ready())
+
+
 def takes(rows: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Can ``product`` multiply these fp32 CPU rows (M, K), 1 <= M <= MAX_ROWS, K a multiple
-    of 8, by this weight (N, K)?"""
-    return (1 <= rows.shape[0] <= MAX_ROWS and rows.shape[-1] % 8 == 0
-            and rows.dtype == weight.dtype == torch.float32 and rows.device.type == "cpu"
-            and weight.device.type == "cpu" and weight.is_contiguous() and ready())
+    """Can ``product`` multiply these fp32 CPU rows (M, K), 1 <= M <= MAX_ROWS, by this weight?"""
+    return (1 <= rows.shape[0] <= MAX_ROWS and rows.dtype == torch.float32
+            and rows.device.type == "cpu" and fits(weight))
 
 
 def product(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None):

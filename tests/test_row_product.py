@@ -98,7 +98,7 @@ def test_the_lean_pass_multiplies_a_step_and_a_verify_by_the_kernel_and_a_prefil
 
 
 def test_without_the_kernel_the_lean_pass_is_as_close_to_transformers(monkeypatch):
-    monkeypatch.setattr(row_product, "takes", lambda rows, weight: False)
+    monkeypatch.setattr(row_product, "fits", lambda weight: False)
     model = tiny_target(3)
     caches = (DynamicCache(), DynamicCache())
     ids = torch.randint(0, 96, (1, 9), generator=torch.Generator().manual_seed(1))
@@ -106,7 +106,7 @@ def test_without_the_kernel_the_lean_pass_is_as_close_to_transformers(monkeypatc
         ref = target_pass(model, part, caches[0], True, True)
         got = target_pass(model, part, caches[1], True, True, lean=True)
         assert torch.allclose(ref[0], got[0], rtol=1e-5, atol=1e-5)
-    assert lean.of(model).layers[0]["qkv"].packed == "mkl"
+    assert lean.of(model).layers[0]["qkv"].packed == "mkl" and not lean.of(model).layers[0]["qkv"].by_rows
 
 
 @needs_kernel
