@@ -132,7 +132,7 @@ class Projection:
 
     def __call__(self, x: torch.Tensor):
         rows = x.reshape(-1, x.shape[-1])
-        if self.by_rows and rows.shape[0] <= row_product.MAX_ROWS:
+        if self.by_rows and 0 < rows.shape[0] <= row_product.MAX_ROWS:
             y = row_product.product(rows, self.plain, self.bias)     # a few rows: read once
         elif not self.packed or (self.packed == "mkl" and rows.shape[0] == 1):
             ys = [F.linear(x, w, b) for w, b in self.parts]      # one row: F.linear's own is
@@ -187,7 +187,7 @@ def packed_product(weight: torch.Tensor):
 
     def f(x: torch.Tensor, bias: torch.Tensor | None = None):
         rows = x.reshape(-1, x.shape[-1])
-        if by_rows and rows.shape[0] <= row_product.MAX_ROWS:
+        if by_rows and 0 < rows.shape[0] <= row_product.MAX_ROWS:
             y = row_product.product(rows, weight, bias)
         elif kind == "mkl" and rows.shape[0] == 1:
             return F.linear(x, weight, bias)

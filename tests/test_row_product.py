@@ -114,3 +114,11 @@ def test_step_profile_counts_the_kernel_among_the_products():
     from minidflash.tools.measure import step_profile
     split = step_profile.split_pass(tiny_target(3), 4, 16, 1, lean=True)   # every product: ours
     assert split["matmul"] > 0, split
+
+
+def test_a_product_of_no_rows_is_empty_as_f_linears():
+    w = torch.randn(16, 64)
+    f = lean.packed_product(w)                 # the drafter's product: no new context, no rows
+    assert f(torch.randn(1, 0, 64)).shape == (1, 0, 16)
+    p = lean.Projection(torch.nn.Linear(64, 16))
+    assert p(torch.randn(1, 0, 64)).shape == (1, 0, 16)
