@@ -132,15 +132,26 @@ class Projection:
 
     def __call__(self, x: torch.Tensor):
         rows = x.reshape(-1, x.shape[-1])
-        if self.by_rows and 0 < rows.shape[0] <= row_product.MAX_ROWS:
+        way = route(rows, self.packed, self.by_rows)
+        if way == "rows":
             y = row_product.product(rows, self.plain, self.bias)     # a few rows: read once
-        elif not self.packed or (self.packed == "mkl" and rows.shape[0] == 1):
-            ys = [F.linear(x, w, b) for w, b in self.parts]      # one row: F.linear's own is
-            return ys[0] if len(ys) == 1 else ys                # faster than the packed one
+        elif way == "linear":
+            ys = [F.linear(x, w, b) for w, b in self.parts]
+            return ys[0] if len(ys) == 1 else ys
         else:
             y = packed_rows(rows, self.packed, self.weight, self.plain, self.bias)
         y = y.view(*x.shape[:-1], y.shape[-1])
         return y.split(self.sizes, -1) if len(self.sizes) > 1 else y
+
+
+def route(rows: torch.Tensor, kind: str | None, by_rows: bool) -> str:
+    """Which product takes these rows (M, in) of a weight packed for ``kind`` (None: not
+    packed): "rows", row_product.py's kernel (1..8 rows, where ``by_rows``: the weight fits
+    it); "linear", ``F.linear`` (no packing, or one fp32 row without the kernel: faster there
+    than MKL's packed product, and transformers' own bits); else "packed"."""
+    if by_rows and 0 < rows.shape[0] <= row_product.MAX_ROWS:
+        return "rows"
+    return "linear" if kind is None or (kind == "mkl" and rows.shape[0] == 1) else "packed"
 
 
 def packed_rows(rows, kind: str, packed, plain, bias):
@@ -187,9 +198,10 @@ def packed_product(weight: torch.Tensor):
 
     def f(x: torch.Tensor, bias: torch.Tensor | None = None):
         rows = x.reshape(-1, x.shape[-1])
-        if by_rows and 0 < rows.shape[0] <= row_product.MAX_ROWS:
+        way = route(rows, kind, by_rows)
+        if way == "rows":
             y = row_product.product(rows, weight, bias)
-        elif kind == "mkl" and rows.shape[0] == 1:
+        elif way == "linear":
             return F.linear(x, weight, bias)
         else:
             y = packed_rows(rows, kind, packed, weight, bias)

@@ -56,7 +56,7 @@ def ways(weight: torch.Tensor) -> dict:
             "mkl": lambda x: torch.ops.mkl._mkl_linear(x, mkl, weight, None, x.shape[0]),
             "onednn": lambda x: torch.ops.mkldnn._linear_pointwise(x, onednn, None, "none", [], ""),
             "bf16 -> fp32": lambda x: F.linear(x, half.float()),
-            **({"row_product": by_rows} if row_product.takes(weight[:1], weight) else {})}
+            **({"row_product": by_rows} if row_product.fits(weight) else {})}
 
 
 def measure(config, layers: int, repeats: int, rows=ROWS) -> dict:
